@@ -1,0 +1,1 @@
+"""Data: tokenizers, synthetic tasks, text datasets, batching and LightningDataModules."""

@@ -1,0 +1,139 @@
+"""Building blocks: Sec. 3.3 FFN, Sec. 3.4 embeddings, normalization, encoder/decoder layers.
+
+Norm placement (the Pre-LN / Post-LN ablation), for a sub-layer F (attention or FFN):
+    post (the paper, Sec. 3.1):  x = Norm(x + Dropout(F(x)))
+    pre  (Xiong et al., 2020):   x = x + Dropout(F(Norm(x)))     (+ a final Norm on each stack)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.model.attention import MultiHeadAttention
+from attnlab.model.config import TransformerConfig
+from attnlab.model.positional import ALiBi, RotaryEmbedding
+
+
+class PositionwiseFeedForward(nn.Module):
+    """Eq. (2), Sec. 3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied at every position.
+    x: (B, T, d_model) -> (B, T, d_model), inner width d_ff."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu"):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.activation = F.relu if activation == "relu" else F.gelu
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(self.activation(self.w_1(x)))
+
+
+class Embeddings(nn.Module):
+    """Sec. 3.4: learned token embeddings multiplied by sqrt(d_model). (B, T) -> (B, T, d_model)."""
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int):
+        super().__init__()
+        self.d_model = d_model
+        self.table = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+
+    @property
+    def weight(self) -> Tensor:
+        return self.table.weight
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.table(tokens) * math.sqrt(self.d_model)
+
+
+def make_norm(cfg: TransformerConfig) -> nn.Module:
+    if cfg.norm_type == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=1e-6)
+    return nn.LayerNorm(cfg.d_model, eps=1e-6)
+
+
+class Residual(nn.Module):
+    """One residual sub-layer connection with the configured norm placement."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.pre_norm = cfg.norm_position == "pre"
+        self.norm = make_norm(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def _self_attention(cfg: TransformerConfig, rotary: RotaryEmbedding | None, alibi: ALiBi | None):
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout, rotary=rotary, alibi=alibi
+    )
+
+
+class EncoderLayer(nn.Module):
+    """Sec. 3.1 encoder layer: self-attention, then FFN, each in a residual connection."""
+
+    def __init__(self, cfg: TransformerConfig, rotary=None, alibi=None):
+        super().__init__()
+        self.self_attn = _self_attention(cfg, rotary, alibi)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
+        self.attn_block = Residual(cfg)
+        self.ffn_block = Residual(cfg)
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """x: (B, S, d_model), padding_mask: (B, S) bool, True at pads."""
+        x = self.attn_block(x, lambda h: self.self_attn(h, h, h, key_padding_mask=padding_mask)[0])
+        return self.ffn_block(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Sec. 3.1 decoder layer: masked self-attention, encoder-decoder attention (absent in a
+    decoder-only model), then FFN."""
+
+    def __init__(self, cfg: TransformerConfig, rotary=None, alibi=None, cross_attention=True):
+        super().__init__()
+        self.self_attn = _self_attention(cfg, rotary, alibi)
+        self.self_block = Residual(cfg)
+        self.cross_attn = None
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(
+                cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout
+            )
+            self.cross_block = Residual(cfg)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
+        self.ffn_block = Residual(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        padding_mask: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_padding_mask: Tensor | None = None,
+        cache: dict | None = None,
+    ) -> Tensor:
+        """x: (B, T, d_model); memory: (B, S, d_model) from the encoder; cache: per-layer dict."""
+        self_cache = cache.setdefault("self", {}) if cache is not None else None
+        x = self.self_block(
+            x,
+            lambda h: self.self_attn(
+                h, h, h, key_padding_mask=padding_mask, causal=True, cache=self_cache
+            )[0],
+        )
+        if self.cross_attn is not None:
+            cross_cache = cache.setdefault("cross", {}) if cache is not None else None
+            x = self.cross_block(
+                x,
+                lambda h: self.cross_attn(
+                    h,
+                    memory,
+                    memory,
+                    key_padding_mask=memory_padding_mask,
+                    cache=cross_cache,
+                    static_kv=True,
+                )[0],
+            )
+        return self.ffn_block(x, self.ffn)

@@ -1,0 +1,1 @@
+"""Training: LightningModules, losses, schedules, metrics and callbacks."""

@@ -1,0 +1,104 @@
+"""Greedy and beam search: beam 1 is greedy, cached decoding equals uncached, limits hold."""
+
+import pytest
+import torch
+
+from attnlab.model import POS_ENCODINGS, Transformer, TransformerConfig
+from attnlab.model.decoding import beam_search, generate, gnmt_length_penalty, greedy_decode
+
+V, BOS, EOS, PAD = 30, 2, 3, 0
+
+
+def model_for(pe="sinusoidal", arch="encoder_decoder", seed=0):
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(
+        vocab_size=V,
+        arch=arch,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        pos_encoding=pe,
+        max_len=128,
+    )
+    return Transformer(cfg).eval()
+
+
+def source(b=3, s=6):
+    src = torch.randint(4, V, (b, s), generator=torch.Generator().manual_seed(1))
+    src[1, 4:] = PAD
+    return src
+
+
+@pytest.mark.parametrize("pe", POS_ENCODINGS)
+def test_cached_decoding_gives_the_same_tokens(pe):
+    model, src = model_for(pe), source()
+    assert torch.equal(
+        greedy_decode(model, src, BOS, EOS, 12, use_cache=True),
+        greedy_decode(model, src, BOS, EOS, 12, use_cache=False),
+    )
+    kw = dict(beam_size=3, max_len_a=1.0, max_len_b=4)
+    assert torch.equal(
+        beam_search(model, src, BOS, EOS, use_cache=True, **kw),
+        beam_search(model, src, BOS, EOS, use_cache=False, **kw),
+    )
+
+
+def test_cached_logits_match_full_forward():
+    model, src = model_for("rope"), source()
+    tgt = torch.randint(4, V, (3, 7), generator=torch.Generator().manual_seed(5))
+    full = model(src, tgt)
+    memory, mask = model.encode(src)
+    cache = model.new_cache()
+    steps = [model.decode(tgt[:, i : i + 1], memory, mask, cache) for i in range(7)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_one_equals_greedy(seed):
+    model, src = model_for(seed=seed), source()
+    greedy = greedy_decode(model, src, BOS, EOS, max_len=src.ne(PAD).sum(1) + 5)
+    beam = beam_search(model, src, BOS, EOS, beam_size=1, max_len_a=1.0, max_len_b=5)
+    width = max(greedy.size(1), beam.size(1))
+    pad = lambda t: torch.nn.functional.pad(t, (0, width - t.size(1)), value=PAD)  # noqa: E731
+    assert torch.equal(pad(greedy), pad(beam))
+
+
+def test_beam_search_respects_the_length_limit():
+    model, src = model_for(), source()
+    out = beam_search(model, src, BOS, EOS, beam_size=4, max_len_a=0.5, max_len_b=2)
+    limits = (0.5 * src.ne(PAD).sum(1).float() + 2).long()
+    lengths = out.ne(PAD).sum(1)
+    assert (lengths <= limits).all()
+    assert (out.gather(1, (lengths - 1)[:, None]).squeeze(1) == EOS).all()
+
+
+def test_beam_search_finds_a_better_sequence_than_greedy_on_average():
+    # with length penalty 0 the beam maximizes log p(Y|X); its score is never below greedy's
+    model, src = model_for(seed=3), source(b=4)
+
+    def logprob(out):
+        tgt_in = torch.cat([torch.full((out.size(0), 1), BOS), out[:, :-1]], dim=1)
+        logp = torch.log_softmax(model(src, tgt_in), -1).gather(2, out[:, :, None]).squeeze(2)
+        return (logp * out.ne(PAD)).sum(1)
+
+    greedy = greedy_decode(model, src, BOS, EOS, max_len=src.ne(PAD).sum(1) + 3)
+    beam = beam_search(model, src, BOS, EOS, beam_size=5, length_penalty=0.0, max_len_b=3)
+    assert (logprob(beam) >= logprob(greedy) - 1e-4).all()
+
+
+def test_gnmt_length_penalty():
+    assert gnmt_length_penalty(1, 0.6) == 1.0
+    assert gnmt_length_penalty(10, 0.6) == pytest.approx((15 / 6) ** 0.6)
+
+
+@pytest.mark.parametrize("pe", POS_ENCODINGS)
+def test_generate_cached_equals_uncached(pe):
+    model = model_for(pe, arch="decoder_only")
+    prompt = torch.randint(4, V, (2, 5), generator=torch.Generator().manual_seed(0))
+    a = generate(model, prompt, 8, use_cache=True)
+    b = generate(model, prompt, 8, use_cache=False)
+    assert a.shape == (2, 13) and torch.equal(a, b)
+    assert torch.equal(a[:, :5], prompt)
