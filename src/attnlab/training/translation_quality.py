@@ -1,0 +1,129 @@
+"""BLEU and chrF during training: a Lightning callback that beam-decodes and scores with sacreBLEU.
+
+Scores are on detokenized text (the SentencePiece decode of the hypothesis against the raw
+reference line), with sacreBLEU's standard 13a tokenization, as the sacreBLEU paper recommends:
+these are the numbers comparable across papers. On validation only the first `val_subset`
+sentences are decoded, every `every_n_val` validations (beam search is slow); on test, all.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torchmetrics.text import CHRFScore, SacreBLEUScore
+
+from attnlab.model.decoding import beam_search
+
+
+class TranslationQuality(L.Callback):
+    def __init__(
+        self,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        max_len_a: float = 1.0,
+        max_len_b: int = 50,
+        val_subset: int = 200,
+        every_n_val: int = 1,
+        n_samples: int = 8,
+    ):
+        super().__init__()
+        self.decode = dict(
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+        )
+        self.val_subset = val_subset
+        self.every_n_val = max(1, every_n_val)
+        self.n_samples = n_samples
+        self.bleu = SacreBLEUScore(tokenize="13a")
+        self.chrf = CHRFScore()
+        self.bleu_best: float | None = None
+        self._n_val = 0
+        self._seen = 0
+        self._active = False
+        self._samples: list[tuple[str, str, str]] = []
+
+    # --- shared -------------------------------------------------------------------------
+    def _start(self, pl_module: L.LightningModule, active: bool) -> None:
+        for metric in (self.bleu, self.chrf):
+            metric.to(pl_module.device)
+        self.bleu.reset()
+        self.chrf.reset()
+        self._seen = 0
+        self._samples = []
+        self._active = active
+
+    def _score_batch(self, trainer, pl_module, batch: dict, limit: int | None) -> None:
+        if not self._active or "tgt_text" not in batch:
+            return
+        src, refs, srcs = batch["src"], list(batch["tgt_text"]), list(batch.get("src_text", []))
+        if limit is not None:
+            keep = max(0, limit - self._seen)
+            if keep == 0:
+                return
+            src, refs, srcs = src[:keep], refs[:keep], srcs[:keep]
+        model = pl_module.model
+        out = beam_search(model, src, pl_module.bos_id, pl_module.eos_id, **self.decode)
+        hyps = trainer.datamodule.tokenizer.decode_batch(out.tolist())
+        self.bleu.update(hyps, [[r] for r in refs])
+        self.chrf.update(hyps, [[r] for r in refs])
+        self._seen += len(hyps)
+        room = self.n_samples - len(self._samples)
+        if room > 0:
+            self._samples += list(zip(srcs or [""] * len(hyps), refs, hyps, strict=True))[:room]
+
+    def _finish(self, trainer, pl_module, split: str) -> None:
+        if not self._active or self._seen == 0:
+            return
+        bleu = float(self.bleu.compute()) * 100  # synced across ranks by torchmetrics
+        pl_module.log(f"{split}/bleu", bleu)
+        pl_module.log(f"{split}/chrf", float(self.chrf.compute()) * 100)
+        if split == "val":
+            self.bleu_best = bleu if self.bleu_best is None else max(self.bleu_best, bleu)
+            pl_module.log("val/bleu_best", self.bleu_best)
+        self._log_samples(trainer, split)
+
+    def _log_samples(self, trainer, split: str) -> None:
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_table") and self._samples:
+                logger.log_table(
+                    key=f"{split}/samples",
+                    columns=["source", "reference", "hypothesis"],
+                    data=[list(s) for s in self._samples],
+                    step=trainer.global_step,
+                )
+
+    # --- validation ---------------------------------------------------------------------
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            self._active = False
+            return
+        self._n_val += 1
+        self._start(pl_module, active=(self._n_val - 1) % self.every_n_val == 0)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
+        with torch.no_grad():
+            self._score_batch(trainer, pl_module, batch, limit=self.val_subset)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self._finish(trainer, pl_module, "val")
+
+    # --- test ---------------------------------------------------------------------------
+    def on_test_epoch_start(self, trainer, pl_module) -> None:
+        self._start(pl_module, active=True)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
+        with torch.no_grad():
+            self._score_batch(trainer, pl_module, batch, limit=None)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        self._finish(trainer, pl_module, "test")
+
+    # --- resumption ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"n_val": self._n_val, "bleu_best": self.bleu_best}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._n_val = state_dict.get("n_val", 0)
+        self.bleu_best = state_dict.get("bleu_best")
