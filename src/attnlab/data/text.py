@@ -1,0 +1,260 @@
+"""Text datasets (parallel text, token streams), their collate functions, a DataModule base.
+
+Batch formats follow docs/architecture.md:
+  seq2seq: src (B, S) = x + [EOS]; tgt_in (B, T) = [BOS] + y; tgt_out (B, T) = y + [EOS];
+           right-padded with PAD; src_text / tgt_text the raw lines (BLEU references).
+  lm:      tokens (B, T) = block[:-1]; targets (B, T) = block[1:]; PAD where there is no target.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from attnlab.data.tokenizer import Tokenizer, TokenizerSettings, default_cache_dir
+from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+log = logging.getLogger(__name__)
+
+
+def read_text(path: str | Path) -> str:
+    """The whole UTF-8 text of a plain or gzip file (detected by its magic bytes)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"text file not found: {path}")
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    opener = gzip.open if gz else open
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e})") from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Lines of a plain or gzip UTF-8 file, without line ends (split on "\\n" only)."""
+    text = read_text(path)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tensor:
+    """(B, max length) long tensor of `seqs`, right-padded with `pad_id`."""
+    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    out = torch.full((len(seqs), max(lens.tolist(), default=0)), pad_id, dtype=torch.long)
+    if seqs and isinstance(seqs[0], torch.Tensor):
+        flat = torch.cat(list(seqs))
+    else:
+        flat = torch.tensor(list(chain.from_iterable(seqs)), dtype=torch.long)
+    return out.masked_scatter_(torch.arange(out.shape[1]) < lens[:, None], flat)  # row-major
+
+
+class ParallelTextDataset(Dataset):
+    """Sentence pairs as token ids, with their raw text kept for BLEU references.
+
+    Lengths are counted as the model sees them: src_len = len(x) + 1 (EOS), tgt_len =
+    len(y) + 1 (tgt_in with BOS, tgt_out with EOS). With `filter_long=True` (the training
+    split) pairs longer than max_src_len / max_tgt_len, or with an empty side, are dropped and
+    counted in `n_filtered`; otherwise (eval splits) over-long pairs are truncated to fit and
+    counted in `n_truncated`, while their text stays whole.
+    """
+
+    def __init__(
+        self,
+        src_lines: Sequence[str],
+        tgt_lines: Sequence[str],
+        tokenizer: Tokenizer,
+        max_src_len: int | None = None,
+        max_tgt_len: int | None = None,
+        filter_long: bool = True,
+        name: str = "train",
+    ) -> None:
+        if len(src_lines) != len(tgt_lines):
+            raise ValueError(
+                f"{name}: {len(src_lines)} source lines but {len(tgt_lines)} target lines"
+            )
+        src_ids = tokenizer.encode_batch(src_lines)
+        tgt_ids = tokenizer.encode_batch(tgt_lines)
+        max_s = max_src_len - 1 if max_src_len else None
+        max_t = max_tgt_len - 1 if max_tgt_len else None
+        self.n_filtered = self.n_truncated = 0
+        self.src: list[list[int]] = []  # x + [EOS]
+        self.tgt: list[list[int]] = []  # y (BOS / EOS added by collate)
+        self.src_text: list[str] = []
+        self.tgt_text: list[str] = []
+        for xs, ys, x, y in zip(src_ids, tgt_ids, src_lines, tgt_lines, strict=True):
+            too_long = (max_s is not None and len(xs) > max_s) or (
+                max_t is not None and len(ys) > max_t
+            )
+            if filter_long and (too_long or not xs or not ys):
+                self.n_filtered += 1
+                continue
+            if too_long:
+                self.n_truncated += 1
+                xs, ys = xs[:max_s], ys[:max_t]
+            self.src.append(xs + [EOS_ID])
+            self.tgt.append(ys)
+            self.src_text.append(x)
+            self.tgt_text.append(y)
+        self.src_lens = [len(s) for s in self.src]
+        self.tgt_lens = [len(t) + 1 for t in self.tgt]
+        if self.n_filtered:
+            log.info(
+                "%s: dropped %d of %d pairs (empty, or longer than max_src_len=%s / "
+                "max_tgt_len=%s tokens)",
+                name,
+                self.n_filtered,
+                len(src_lines),
+                max_src_len,
+                max_tgt_len,
+            )
+        if self.n_truncated:
+            log.info("%s: truncated %d over-long pairs", name, self.n_truncated)
+
+    @classmethod
+    def from_files(
+        cls, src_path: str | Path, tgt_path: str | Path, tokenizer: Tokenizer, **kwargs
+    ) -> ParallelTextDataset:
+        src, tgt = read_lines(src_path), read_lines(tgt_path)
+        if len(src) != len(tgt):
+            raise ValueError(
+                f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
+                "parallel files must be line-aligned"
+            )
+        return cls(src, tgt, tokenizer, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, i: int) -> dict:
+        return {
+            "src": self.src[i],
+            "tgt": self.tgt[i],
+            "src_text": self.src_text[i],
+            "tgt_text": self.tgt_text[i],
+        }
+
+
+def collate_seq2seq(examples: Sequence[dict]) -> dict:
+    """src (B, S); tgt_in = [BOS] + y and tgt_out = y + [EOS], both (B, T); raw texts."""
+    return {
+        "src": pad_right([e["src"] for e in examples]),
+        "tgt_in": pad_right([[BOS_ID] + e["tgt"] for e in examples]),
+        "tgt_out": pad_right([e["tgt"] + [EOS_ID] for e in examples]),
+        "src_text": [e["src_text"] for e in examples],
+        "tgt_text": [e["tgt_text"] for e in examples],
+    }
+
+
+class TokenStreamDataset(Dataset):
+    """A 1-D token stream; item i is the block stream[i : i + block_size + 1].
+
+    Indices are stream positions (chosen by `BlockBatchSampler`), so len() is the stream length.
+    """
+
+    def __init__(self, ids: Sequence[int] | torch.Tensor, block_size: int) -> None:
+        self.ids = torch.as_tensor(ids, dtype=torch.long)
+        self.block_size = block_size
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.ids[i : i + self.block_size + 1]
+
+
+def collate_lm(blocks: Sequence[torch.Tensor]) -> dict:
+    """tokens = block[:-1], targets = block[1:], both (B, T), right-padded with PAD."""
+    return {
+        "tokens": pad_right([b[:-1] for b in blocks]),
+        "targets": pad_right([b[1:] for b in blocks]),
+    }
+
+
+class TokenizedDataModule(L.LightningDataModule):
+    """What the text DataModules share: a cached SentencePiece tokenizer, ids, loaders.
+
+    The tokenizer is trained (or found in the cache) on first use of `tokenizer` /
+    `vocab_size`, so a harness may read `vocab_size` before `prepare_data` and `setup`.
+    `tokenizer_path` skips training and uses that .model file (e.g. a run's tokenizer.model).
+    """
+
+    task: str = ""
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def __init__(
+        self,
+        settings: TokenizerSettings,
+        tokenizer_path: str | None,
+        seed: int,
+        max_tokens: int,
+        num_workers: int,
+        cache_dir: str | None,
+    ) -> None:
+        super().__init__()
+        self.tokenizer_settings = settings
+        self.tokenizer_path = tokenizer_path
+        self.seed = seed
+        self.max_tokens = max_tokens
+        self.num_workers = num_workers
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self._tokenizer: Tokenizer | None = None
+
+    # hooks for subclasses
+    def _ensure_files(self) -> None:
+        """Make sure the data files exist (download them if needed)."""
+
+    def _train_tokenizer(self) -> Tokenizer:
+        raise NotImplementedError
+
+    def prepare_data(self) -> None:
+        self._ensure_files()
+        _ = self.tokenizer
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            if self.tokenizer_path:
+                self._tokenizer = Tokenizer.from_file(Path(self.tokenizer_path).expanduser())
+            else:
+                self._ensure_files()
+                self._tokenizer = self._train_tokenizer()
+        return self._tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def save_tokenizer(self, run_dir: str | Path) -> Path:
+        """Copy the tokenizer's .model into the run directory as tokenizer.model."""
+        return self.tokenizer.save_to(run_dir)
+
+    def _replicas(self) -> tuple[int, int]:
+        """(num_replicas, rank) from the attached trainer, else (1, 0)."""
+        if self.trainer is None:
+            return 1, 0
+        return self.trainer.world_size, self.trainer.global_rank
+
+    def _epoch_fn(self):
+        """Reads the attached trainer's current epoch (None without a trainer)."""
+        if self.trainer is None:
+            return None
+        return lambda: self.trainer.current_epoch
+
+    def _loader(self, dataset: Dataset, batch_sampler, collate_fn) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_sampler=batch_sampler,
+            collate_fn=collate_fn,
+            num_workers=self.num_workers,
+        )

@@ -1,0 +1,225 @@
+"""Translation DataModules: any line-aligned parallel text, and Multi30K En-De.
+
+Batches (docs/architecture.md): src, tgt_in, tgt_out (B, *) long, src_text, tgt_text lists.
+Training batches hold about `max_tokens` source + target tokens, padding included (Sec. 5.1,
+attnlab.data.batching.TokenBatchSampler); a joint source+target SentencePiece model (BPE by
+default) is trained on the training split and cached.
+
+Epochs: the training sampler reads `trainer.current_epoch` whenever iteration starts, so the
+order reshuffles every epoch whether or not the Trainer rebuilds the loader
+(`reload_dataloaders_every_n_epochs`); see attnlab.data.batching. In multi-GPU runs set
+`Trainer(use_distributed_sampler=False)`: the sampler shards batches over ranks itself
+(num_replicas / rank taken from the trainer).
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import chain
+from pathlib import Path
+
+from torch.utils.data import DataLoader
+
+from attnlab.data.batching import TokenBatchSampler, padding_fraction
+from attnlab.data.download import fetch_known, sha256_file
+from attnlab.data.text import (
+    ParallelTextDataset,
+    TokenizedDataModule,
+    collate_seq2seq,
+    read_lines,
+)
+from attnlab.data.tokenizer import Tokenizer, TokenizerSettings, fingerprint, train_or_load
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+
+
+class TranslationDataModule(TokenizedDataModule):
+    """Parallel text from explicit files per split (plain or gzip, UTF-8, line-aligned).
+
+    max_src_len / max_tgt_len: training pairs longer than this (in tokens, counting EOS / BOS)
+    are dropped (count in `n_filtered`); evaluation pairs are truncated instead.
+    eval_max_tokens: token budget of validation / test batches (default: max_tokens).
+    """
+
+    task = "seq2seq"
+
+    def __init__(
+        self,
+        train_src: str | None = None,
+        train_tgt: str | None = None,
+        val_src: str | None = None,
+        val_tgt: str | None = None,
+        test_src: str | None = None,
+        test_tgt: str | None = None,
+        tokenizer_type: str = "bpe",
+        vocab_size: int = 8000,
+        character_coverage: float = 1.0,
+        tokenizer_path: str | None = None,
+        max_tokens: int = 4096,
+        eval_max_tokens: int | None = None,
+        max_src_len: int = 128,
+        max_tgt_len: int = 128,
+        seed: int = 0,
+        num_workers: int = 0,
+        cache_dir: str | None = None,
+    ) -> None:
+        settings = TokenizerSettings(tokenizer_type, vocab_size, character_coverage)
+        super().__init__(settings, tokenizer_path, seed, max_tokens, num_workers, cache_dir)
+        self.files = {
+            "train": (train_src, train_tgt),
+            "val": (val_src, val_tgt),
+            "test": (test_src, test_tgt),
+        }
+        self.eval_max_tokens = eval_max_tokens or max_tokens
+        for key, budget in (("max_tokens", max_tokens), ("eval_max_tokens", self.eval_max_tokens)):
+            if max_src_len + max_tgt_len > budget:
+                raise ValueError(
+                    f"max_src_len + max_tgt_len = {max_src_len + max_tgt_len} exceeds "
+                    f"{key}={budget}: a longest pair would not fit in a batch"
+                )
+        self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
+        self.datasets: dict[str, ParallelTextDataset] = {}
+
+    def split_files(self, split: str) -> tuple[Path, Path]:
+        """(source, target) paths of `split` in {train, val, test}."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}; choose one of {', '.join(SPLITS)}")
+        src, tgt = self.files[split]
+        if not src or not tgt:
+            raise ValueError(f"data.{split}_src and data.{split}_tgt must both be set")
+        return Path(src).expanduser(), Path(tgt).expanduser()
+
+    def _train_tokenizer(self) -> Tokenizer:
+        # Sorted by content hash so both translation directions share one cached tokenizer.
+        files = sorted(self.split_files("train"), key=sha256_file)
+        return train_or_load(
+            lambda: chain.from_iterable(read_lines(f) for f in files),
+            fingerprint(files, extra="parallel"),
+            self.tokenizer_settings,
+            self.cache_dir / "tokenizers",
+        )
+
+    def _dataset(self, split: str) -> ParallelTextDataset:
+        if split not in self.datasets:
+            src, tgt = self.split_files(split)
+            self.datasets[split] = ParallelTextDataset.from_files(
+                src,
+                tgt,
+                self.tokenizer,
+                max_src_len=self.max_src_len,
+                max_tgt_len=self.max_tgt_len,
+                filter_long=split == "train",
+                name=split,
+            )
+        return self.datasets[split]
+
+    def setup(self, stage: str | None = None) -> None:
+        splits = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(
+            stage or "", ("train", "val")
+        )
+        for split in splits:
+            ds = self._dataset(split)
+            if split == "train":
+                log.info(
+                    "train: %d pairs (%d filtered), %d batches of <= %d tokens, padding %.1f%%",
+                    len(ds),
+                    ds.n_filtered,
+                    len(self._sampler("train")),
+                    self.max_tokens,
+                    100 * self.padding_fraction(),
+                )
+
+    @property
+    def n_filtered(self) -> int:
+        """Training pairs dropped as empty or longer than max_src_len / max_tgt_len."""
+        return self._dataset("train").n_filtered
+
+    def _sampler(self, split: str, sharded: bool = True) -> TokenBatchSampler:
+        ds = self._dataset(split)
+        num_replicas, rank = self._replicas() if sharded else (1, 0)
+        train = split == "train"
+        return TokenBatchSampler(
+            ds.src_lens,
+            ds.tgt_lens,
+            max_tokens=self.max_tokens if train else self.eval_max_tokens,
+            shuffle=train,
+            seed=self.seed,
+            num_replicas=num_replicas,
+            rank=rank,
+            epoch_fn=self._epoch_fn() if train else None,
+        )
+
+    def padding_fraction(self, split: str = "train") -> float:
+        """Fraction of padding in all of `split`'s batches (one epoch, all ranks)."""
+        ds = self._dataset(split)
+        batches = self._sampler(split, sharded=False).batches(epoch=0)
+        return padding_fraction(batches, ds.src_lens, ds.tgt_lens)
+
+    def _dataloader(self, split: str) -> DataLoader:
+        return self._loader(self._dataset(split), self._sampler(split), collate_seq2seq)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._dataloader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._dataloader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._dataloader("test")
+
+
+MULTI30K_LANGS = ("en", "de")
+MULTI30K_SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+
+
+class Multi30kDataModule(TranslationDataModule):
+    """Multi30K task 1 (Elliott et al., 2016): 29,000 / 1,014 / 1,000 image captions, En-De.
+
+    Splits train / val / test_2016_flickr, in either direction (src_lang, tgt_lang in
+    {en, de}). Files are read from `root` as <split>.<lang>.gz (or uncompressed <split>.<lang>);
+    missing ones are downloaded from the dataset's GitHub repository and checked against their
+    sha256 (`download=False` raises instead). Default root: <cache_dir>/data/multi30k.
+    The other keyword arguments are TranslationDataModule's.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        src_lang: str = "en",
+        tgt_lang: str = "de",
+        download: bool = True,
+        **kwargs,
+    ) -> None:
+        for key, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
+            if lang not in MULTI30K_LANGS:
+                raise ValueError(f"data.{key}={lang!r}; choose one of {', '.join(MULTI30K_LANGS)}")
+        if src_lang == tgt_lang:
+            raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
+        if files := sorted(k for k in kwargs if k.endswith(("_src", "_tgt"))):
+            raise ValueError(f"Multi30K takes root, not file paths: remove data.{files[0]}")
+        super().__init__(**kwargs)
+        self.root = Path(root).expanduser() if root else self.cache_dir / "data" / "multi30k"
+        self.src_lang, self.tgt_lang, self.download = src_lang, tgt_lang, download
+
+    def _file(self, split: str, lang: str) -> Path:
+        name = f"{MULTI30K_SPLITS[split]}.{lang}"
+        plain = self.root / name
+        return plain if plain.exists() else self.root / f"{name}.gz"
+
+    def split_files(self, split: str) -> tuple[Path, Path]:
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}; choose one of {', '.join(SPLITS)}")
+        return self._file(split, self.src_lang), self._file(split, self.tgt_lang)
+
+    def _ensure_files(self) -> None:
+        for split in SPLITS:
+            for path in self.split_files(split):
+                if path.exists():
+                    continue
+                if not self.download:
+                    raise FileNotFoundError(
+                        f"Multi30K file {path} is missing and data.download=false; place it there"
+                    )
+                fetch_known(f"multi30k/{path.name}", self.root)
