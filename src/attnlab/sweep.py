@@ -1,0 +1,150 @@
+"""attnlab-sweep: run a W&B sweep file locally (no server), or as a W&B sweep with local agents.
+
+    attnlab-sweep sweeps/pos_encoding.yaml --dry-run
+    attnlab-sweep sweeps/pos_encoding.yaml trainer.max_steps=2000 --parallel 2
+    attnlab-sweep sweeps/heads.yaml --gpus 0,1,2,3,4,5,6,7 --gpus-per-trial 2
+    attnlab-sweep sweeps/heads.yaml --wandb --project attnlab --gpus 0,1,2,3
+
+Locally, `grid` and `random` sweeps are expanded here (attnlab.sweeps.spec) and every trial runs
+the file's `command` as its own process with `hydra.run.dir=<out>/<NNN>-<name>`; a summary table is
+printed and written to <out>/summary.json and <out>/summary.md. Exit code 0 when every trial
+completed, 1 otherwise, 2 for a bad sweep file or option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from attnlab.sweeps.runner import gpu_groups, run_trials
+from attnlab.sweeps.spec import SweepError, Trial, expand_sweep, load_sweep, sweep_name
+from attnlab.sweeps.summary import write_summary
+
+__all__ = ["Trial", "expand_sweep", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="attnlab-sweep",
+        description="Run a W&B sweep file (grid or random) locally, or on W&B with --wandb.",
+    )
+    p.add_argument("sweep", help="sweep file (YAML), e.g. sweeps/heads.yaml")
+    p.add_argument(
+        "overrides", nargs="*", help="Hydra overrides appended to every trial (key=value)"
+    )
+    p.add_argument("--out", help="output directory (default outputs/sweeps/<name>/<timestamp>)")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        help="trials run at a time (default: 1, or one per GPU group with --gpus)",
+    )
+    p.add_argument("--gpus", help="device ids to share out, e.g. 0,1,2,3")
+    p.add_argument(
+        "--gpus-per-trial", type=int, default=1, help="devices per trial (must divide --gpus)"
+    )
+    p.add_argument(
+        "--count",
+        type=int,
+        help="number of trials: required for random, caps grid; with --wandb, runs per agent",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random search (default 0)")
+    p.add_argument("--dry-run", action="store_true", help="list the trials and exit")
+    p.add_argument("--wandb", action="store_true", help="create the sweep on W&B, run agents")
+    p.add_argument("--project", help="W&B project (with --wandb; default: the file's 'project')")
+    p.add_argument("--entity", help="W&B entity (with --wandb)")
+    return p
+
+
+def default_out_dir(name: str) -> Path:
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    out = Path("outputs") / "sweeps" / name / stamp
+    n = 1
+    while out.exists():
+        n += 1
+        out = Path("outputs") / "sweeps" / name / f"{stamp}_{n}"
+    return out
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_intermixed_args(argv)
+    try:
+        config = load_sweep(args.sweep)
+        config.setdefault("name", sweep_name(config, args.sweep))
+        groups = gpu_groups(args.gpus, args.gpus_per_trial)
+        if args.parallel is not None and args.parallel < 1:
+            raise SweepError(f"--parallel={args.parallel} must be >= 1")
+        if args.wandb:
+            return _run_wandb(args, config, groups)
+        out = Path(args.out) if args.out else default_out_dir(config["name"])
+        trials = expand_sweep(config, args.overrides, out_dir=out, count=args.count, seed=args.seed)
+    except (SweepError, ValueError) as err:
+        print(f"attnlab-sweep: error: {err}", file=sys.stderr)
+        return 2
+    name = config["name"]
+    metric = (config.get("metric") or {}).get("name", "val/loss")
+    parallel = args.parallel or (len(groups) if groups else 1)
+    if groups and parallel > len(groups):
+        print(f"--parallel {parallel} capped at {len(groups)}: one trial per GPU group {groups}")
+        parallel = len(groups)
+
+    print(
+        f"sweep {name} ({args.sweep}): {config['method']}, {len(trials)} trials, "
+        f"{parallel} at a time" + (f", GPU groups {groups}" if groups else "") + f", out {out}"
+    )
+    if args.dry_run:
+        for t in trials:
+            shown = [o for o in t.overrides if not o.startswith("hydra.run.dir=")]
+            print(f"  {t.index:03d}  {t.name:<32}  {' '.join(shown)}")
+        if trials:
+            print(f"command of trial 000: {shlex.join(trials[0].command)}")
+        return 0
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        results = run_trials(trials, parallel=parallel, groups=groups, metric_name=metric)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    interrupted = any(r.status in ("interrupted", "not_started") for r in results)
+    print()
+    print(write_summary(results, out, name, args.sweep, metric, interrupted=interrupted))
+    return 0 if all(r.status == "completed" for r in results) else 1
+
+
+def _run_wandb(args: argparse.Namespace, config: dict, groups: list[str]) -> int:
+    from attnlab.sweeps.wandb_agents import agent_command, run_agents, server_config
+
+    n_agents = len(groups) if groups else (args.parallel or 1)
+    out = Path(args.out) if args.out else default_out_dir(config["name"])
+    if args.dry_run:
+        print("sweep config for W&B:")
+        shown = server_config(config, args.overrides, run_root=out)
+        print(yaml.safe_dump(shown, sort_keys=False).rstrip())
+        argv = agent_command("SWEEP_ID", args.count, args.project, args.entity)
+        for i, gpus in enumerate(groups or [None] * n_agents):
+            env = f"CUDA_VISIBLE_DEVICES={gpus} " if gpus is not None else ""
+            print(f"agent {i}: {env}{shlex.join(argv)}")
+        return 0
+    return run_agents(
+        config,
+        groups,
+        n_agents,
+        out,
+        count=args.count,
+        project=args.project,
+        entity=args.entity,
+        extra_overrides=args.overrides,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Run sweep trials locally: one process per trial, N at a time, each pinned to its own GPUs.
+
+Each trial runs in its own session (process group), so a trial that starts DDP workers is stopped
+as a whole, and Ctrl-C reaches the runner first: it interrupts the running trials, waits for them
+to shut down, and records every trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.sweeps.spec import Trial
+
+# Exit codes of attnlab-train (results.json's `status`, when present, wins over these).
+EXIT_OK, EXIT_BAD_CONFIG, EXIT_DIVERGED = 0, 2, 3
+FINAL_STATUSES = ("completed", "failed", "diverged", "interrupted")
+STOP_GRACE_S = 15.0  # time given to interrupted trials (SIGINT) before SIGKILL
+POLL_S = 0.05
+
+
+@dataclass
+class TrialResult:
+    trial: Trial
+    status: str = "not_started"  # completed | failed | diverged | interrupted | not_started
+    exit_code: int | None = None
+    wall_time_s: float | None = None
+    metric: float | None = None
+    gpus: str | None = None
+    error: str | None = None
+
+    @property
+    def results_path(self) -> Path | None:
+        path = self.trial.run_dir / "results.json" if self.trial.run_dir else None
+        return path if path is not None and path.exists() else None
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.trial.run_dir / "trial.log" if self.trial.run_dir else None
+
+
+def gpu_groups(gpus: str | None, gpus_per_trial: int) -> list[str]:
+    """'0,1,2,3' with 2 per trial -> ['0,1', '2,3']; [] without --gpus."""
+    if gpus_per_trial < 1:
+        raise ValueError(f"--gpus-per-trial={gpus_per_trial} must be >= 1")
+    if not gpus:
+        if gpus_per_trial != 1:
+            raise ValueError("--gpus-per-trial needs --gpus (the device ids to share out)")
+        return []
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"--gpus={gpus} lists a device twice")
+    if len(ids) % gpus_per_trial != 0:
+        raise ValueError(
+            f"--gpus-per-trial={gpus_per_trial} does not divide the {len(ids)} devices of "
+            f"--gpus={gpus}; use a divisor of {len(ids)}"
+        )
+    return [",".join(ids[i : i + gpus_per_trial]) for i in range(0, len(ids), gpus_per_trial)]
+
+
+def trial_env(gpus: str | None) -> dict[str, str]:
+    """The runner's environment, with this interpreter's bin/ first on PATH (so `attnlab-train`
+    is the one installed beside attnlab-sweep) and CUDA_VISIBLE_DEVICES set to the trial's GPUs."""
+    env = dict(os.environ)
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return env
+
+
+def read_results(run_dir: Path | None) -> dict | None:
+    """results.json of a finished trial, or None when absent or unreadable."""
+    if run_dir is None:
+        return None
+    try:
+        data = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: str) -> None:
+    """Set status, metric and error from results.json (whose status wins) and the exit code."""
+    result.exit_code = exit_code
+    results = read_results(result.trial.run_dir)
+    status = results.get("status") if results else None
+    if status not in FINAL_STATUSES:
+        if interrupted:
+            status = "interrupted"
+        elif exit_code == EXIT_OK:
+            status = "completed"
+        elif exit_code == EXIT_DIVERGED:
+            status = "diverged"
+        else:
+            status = "failed"
+    result.status = status
+    metrics = (results or {}).get("metrics") or {}
+    value = metrics.get(metric_name)
+    result.metric = float(value) if isinstance(value, (int, float)) else None
+    if status != "completed":
+        error = (results or {}).get("error")
+        if not error:
+            error = "bad config" if exit_code == EXIT_BAD_CONFIG else f"exit code {exit_code}"
+            last = _last_line(result.log_path)
+            error = f"{error}: {last}" if last and status == "failed" else error
+        result.error = str(error)
+
+
+def _last_line(path: Path | None) -> str | None:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()]
+    except (OSError, AttributeError):
+        return None
+    lines = [ln for ln in lines if ln]
+    return lines[-1][:200] if lines else None
+
+
+def run_trials(
+    trials: Sequence[Trial],
+    parallel: int = 1,
+    groups: Sequence[str] = (),
+    metric_name: str = "val/loss",
+    log: Callable[[str], None] = print,
+) -> list[TrialResult]:
+    """Run every trial (each needs a run_dir), `parallel` at a time; each running trial holds one
+    GPU group from `groups`. A failed trial does not stop the others. Ctrl-C (KeyboardInterrupt)
+    interrupts the running trials and returns with the rest marked not_started."""
+    results = [TrialResult(t) for t in trials]
+    pending = deque(results)
+    free = deque(groups)
+    slots = min(parallel, len(groups)) if groups else parallel
+    running: dict[subprocess.Popen, tuple[TrialResult, float, object]] = {}
+    total = len(results)
+
+    def start(result: TrialResult) -> None:
+        trial = result.trial
+        result.gpus = free.popleft() if groups else None
+        trial.run_dir.mkdir(parents=True, exist_ok=True)
+        logfile = open(result.log_path, "w")  # closed in reap(), when the trial ends
+        logfile.write(f"$ {shlex.join(trial.command)}\n")
+        if result.gpus is not None:
+            logfile.write(f"# CUDA_VISIBLE_DEVICES={result.gpus}\n")
+        logfile.flush()
+        try:
+            proc = subprocess.Popen(
+                trial.command,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=trial_env(result.gpus),
+                start_new_session=True,
+            )
+        except OSError as err:
+            logfile.close()
+            _release(result)
+            result.status, result.exit_code, result.wall_time_s = "failed", None, 0.0
+            result.error = f"could not start {trial.command[0]!r}: {err.strerror or err}"
+            log(f"[{trial.index + 1}/{total}] failed    {trial.label}: {result.error}")
+            return
+        gpus = f" on GPUs {result.gpus}" if result.gpus is not None else ""
+        log(f"[{trial.index + 1}/{total}] started   {trial.label}{gpus}")
+        running[proc] = (result, time.monotonic(), logfile)
+
+    def _release(result: TrialResult) -> None:
+        if result.gpus is not None:
+            free.append(result.gpus)
+
+    def reap(proc: subprocess.Popen, interrupted: bool = False) -> None:
+        result, t0, logfile = running.pop(proc)
+        logfile.close()
+        result.wall_time_s = time.monotonic() - t0
+        finish(result, proc.returncode, interrupted, metric_name)
+        _release(result)
+        metric = "" if result.metric is None else f" {metric_name}={result.metric:.4g}"
+        log(
+            f"[{result.trial.index + 1}/{total}] {result.status:<9} {result.trial.label}"
+            f"{metric} ({result.wall_time_s:.1f} s)"
+            + (f": {result.error}" if result.error and result.status != "completed" else "")
+        )
+
+    try:
+        while pending or running:
+            while pending and len(running) < slots:
+                start(pending.popleft())
+            done = [p for p in running if p.poll() is not None]
+            for proc in done:
+                reap(proc)
+            if not done:
+                time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        log(f"interrupted: stopping {len(running)} running trial(s)")
+        stop(list(running))
+        for proc in list(running):
+            reap(proc, interrupted=True)
+    return results
+
+
+def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGINT each trial's process group (Lightning shuts down cleanly on it), then SIGKILL
+    whatever is still alive after `grace_s` or on a second Ctrl-C."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        pass
+    for proc in procs:
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def status_counts(statuses: Sequence[str]) -> str:
+    """['completed', 'failed', 'completed'] -> '2 completed, 1 failed'."""
+    order = ("completed", "diverged", "failed", "interrupted", "running", "not_started")
+    counts = {s: statuses.count(s) for s in dict.fromkeys([*order, *statuses]) if s in statuses}
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def format_metric(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if math.isfinite(value) else str(value)

@@ -1,0 +1,315 @@
+"""W&B sweep files, read without a W&B server: validation, grid / random expansion, commands.
+
+A sweep file is what `wandb sweep FILE` takes (https://docs.wandb.ai/models/sweeps/): `method`,
+`metric`, `parameters`, and a `command` list whose macros W&B's agent fills in. This module does
+what the W&B controller and agent do, locally: it turns the file into one `Trial` per run, and each
+trial's argv, built the way `wandb agent` builds it (wandb/wandb_agent.py, `Agent._command_run`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+METHODS = ("grid", "random")
+DISTRIBUTIONS = (
+    "constant",
+    "categorical",
+    "int_uniform",
+    "uniform",
+    "q_uniform",
+    "log_uniform",
+    "log_uniform_values",
+    "q_log_uniform_values",
+)
+DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
+_ENVVAR_MACRO = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")
+_OVERRIDE = re.compile(r"^(?:~|\+{1,2})?([A-Za-z_][\w.@/-]*)(=|$)")
+_SAFE_VALUE = re.compile(r"^[\w./+:-]+$")
+
+
+@dataclass
+class Trial:
+    """One run of a sweep.
+
+    params: parameter name -> value, as W&B's agent passes them (`command["args"]`).
+    overrides: the Hydra overrides the trial passes to the program, in argv order: the command's
+        fixed `key=value` tokens, the parameters, `group=<sweep name>` (unless set), extra overrides
+        and, when the sweep has an output directory, `hydra.run.dir=<run_dir>`.
+    command: the full argv, every macro expanded.
+    name: a file-system-safe slug of the swept parameters, e.g. `n_heads_8-seed_1`.
+    run_dir: `<out>/<NNN>-<name>`, or None when expanded without an output directory.
+    """
+
+    index: int
+    params: dict[str, Any]
+    overrides: list[str]
+    command: list[str]
+    name: str
+    run_dir: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.index:03d}-{self.name}"
+
+
+class SweepError(ValueError):
+    """A sweep file that cannot be run; the message names the offending key."""
+
+
+def load_sweep(path_or_dict: str | os.PathLike | Mapping) -> dict:
+    """Read a sweep file (YAML) or take a dict; validate it and return a plain dict."""
+    if isinstance(path_or_dict, Mapping):
+        config = dict(path_or_dict)
+        source = "<dict>"
+    else:
+        source = str(path_or_dict)
+        try:
+            config = yaml.safe_load(Path(path_or_dict).read_text())
+        except FileNotFoundError:
+            raise SweepError(f"sweep file not found: {source}") from None
+        except yaml.YAMLError as err:
+            raise SweepError(f"{source}: not valid YAML: {err}") from None
+    if not isinstance(config, dict):
+        raise SweepError(f"{source}: a sweep file must be a mapping with 'method' and 'parameters'")
+    method = config.get("method")
+    if method not in METHODS:
+        raise SweepError(
+            f"{source}: method={method!r} cannot run without the W&B server; "
+            f"expected one of: {', '.join(METHODS)} (or run it with --wandb)"
+        )
+    params = config.get("parameters")
+    if not isinstance(params, dict) or not params:
+        raise SweepError(f"{source}: 'parameters' must be a non-empty mapping")
+    for key, spec in params.items():
+        _check_parameter(source, key, spec, method)
+    command = config.get("command", DEFAULT_COMMAND)
+    if not isinstance(command, list) or not command:
+        raise SweepError(f"{source}: 'command' must be a non-empty list of strings")
+    if "${program}" in command and not config.get("program"):
+        raise SweepError(f"{source}: 'command' uses ${{program}} but 'program' is not set")
+    return config
+
+
+def sweep_name(config: Mapping, path: str | os.PathLike | None = None) -> str:
+    """The sweep's `name`, else the file's stem, else 'sweep'."""
+    return str(config.get("name") or (Path(path).stem if path else "sweep"))
+
+
+def _check_parameter(source: str, key: str, spec: Any, method: str) -> None:
+    where = f"{source}: parameters.{key}"
+    if not isinstance(spec, dict):
+        raise SweepError(f"{where} must be a mapping such as {{values: [...]}} or {{value: x}}")
+    if "parameters" in spec:
+        raise SweepError(f"{where}: nested parameters are not supported; use a dotted key")
+    if "values" in spec:
+        values = spec["values"]
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{where}.values must be a non-empty list")
+        for v in values:
+            _check_value(where, v)
+        return
+    if "value" in spec:
+        _check_value(where, spec["value"])
+        return
+    if method == "grid":
+        raise SweepError(f"{where}: method 'grid' needs 'values' or 'value'")
+    distribution = _distribution(spec)
+    if distribution not in DISTRIBUTIONS:
+        raise SweepError(
+            f"{where}.distribution={distribution!r} is not supported; "
+            f"expected one of: {', '.join(DISTRIBUTIONS)}"
+        )
+    if "min" not in spec or "max" not in spec:
+        raise SweepError(f"{where}: distribution {distribution!r} needs 'min' and 'max'")
+    if not spec["min"] <= spec["max"]:
+        raise SweepError(f"{where}: min={spec['min']} is larger than max={spec['max']}")
+    if distribution in ("log_uniform_values", "q_log_uniform_values") and spec["min"] <= 0:
+        raise SweepError(f"{where}: distribution {distribution!r} needs min > 0")
+
+
+def _check_value(where: str, value: Any) -> None:
+    # W&B formats arguments with f"{key}={value}": None would reach Hydra as the string "None".
+    if value is None:
+        raise SweepError(
+            f"{where}: null is passed by W&B as the string 'None'; write \"null\" (quoted) "
+            "for a Hydra null, or leave the key out of the sweep"
+        )
+
+
+def _distribution(spec: Mapping) -> str:
+    """W&B's inference when `distribution` is absent: ints -> int_uniform, else uniform."""
+    if "distribution" in spec:
+        return spec["distribution"]
+    if "values" in spec:
+        return "categorical"
+    if "value" in spec:
+        return "constant"
+    lo, hi = spec.get("min"), spec.get("max")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi))
+    return "int_uniform" if ints else "uniform"
+
+
+def sample(spec: Mapping, rng: random.Random) -> Any:
+    """Draw one value of a parameter, as W&B's random search does."""
+    distribution = _distribution(spec)
+    if distribution == "constant":
+        return spec["value"]
+    if distribution == "categorical":
+        weights = spec.get("probabilities")
+        return rng.choices(spec["values"], weights=weights)[0]
+    lo, hi, q = spec["min"], spec["max"], spec.get("q", 1)
+    if distribution == "int_uniform":
+        return rng.randint(int(lo), int(hi))
+    if distribution == "uniform":
+        return rng.uniform(lo, hi)
+    if distribution == "q_uniform":
+        return _quantize(rng.uniform(lo, hi), q)
+    if distribution == "log_uniform":  # min and max are exponents: exp(U(min, max))
+        return math.exp(rng.uniform(lo, hi))
+    if distribution == "log_uniform_values":  # min and max are the values themselves
+        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    if distribution == "q_log_uniform_values":
+        return _quantize(math.exp(rng.uniform(math.log(lo), math.log(hi))), q)
+    raise SweepError(f"distribution {distribution!r} is not supported")
+
+
+def _quantize(x: float, q: float) -> float | int:
+    value = round(x / q) * q
+    return int(value) if isinstance(q, int) else value
+
+
+def expand_params(config: Mapping, count: int | None = None, seed: int = 0) -> list[dict]:
+    """The parameter sets of a sweep: the cartesian product for `grid` (first parameter slowest,
+    capped at `count` when given), `count` draws for `random`."""
+    params = config["parameters"]
+    if config["method"] == "grid":
+        axes = [spec["values"] if "values" in spec else [spec["value"]] for spec in params.values()]
+        grid = [dict(zip(params, combo, strict=True)) for combo in itertools.product(*axes)]
+        return grid[:count] if count is not None else grid
+    if count is None or count < 1:
+        raise SweepError("method 'random' needs --count N (the number of trials, N >= 1)")
+    rng = random.Random(seed)
+    return [{key: sample(spec, rng) for key, spec in params.items()} for _ in range(count)]
+
+
+def swept_keys(config: Mapping) -> list[str]:
+    """Parameters that take more than one value (these name the trials)."""
+    return [
+        key
+        for key, spec in config["parameters"].items()
+        if "value" not in spec and not ("values" in spec and len(spec["values"]) == 1)
+    ]
+
+
+def trial_name(params: Mapping, keys: Sequence[str]) -> str:
+    """`model.n_heads=8, seed=1` -> `n_heads_8-seed_1` (no `=`: Hydra's override grammar
+    rejects it inside `hydra.run.dir=...`)."""
+    parts = [f"{key.rsplit('.', 1)[-1]}_{_format_value(params[key])}" for key in keys]
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", "-".join(parts)) or "trial"
+    return slug[:80]
+
+
+def _format_value(value: Any) -> str:
+    return f"{value}"  # exactly W&B's formatting of arguments
+
+
+def command_vars(params: Mapping, program: str | None, args_json_file: str) -> dict[str, list]:
+    """The macro table of W&B's agent (wandb.sdk.launch.sweeps.utils.create_sweep_command_args),
+    with `${interpreter}` bound to this Python (W&B uses "python") so a trial runs in the same
+    environment as attnlab-sweep."""
+    flags = [f"{key}={_format_value(value)}" for key, value in params.items()]
+    return {
+        "env": ["/usr/bin/env"] if sys.platform != "win32" else [],
+        "interpreter": [sys.executable],
+        "program": [program] if program else [],
+        "args": ["--" + f for f in flags],
+        "args_no_hyphens": flags,
+        "args_no_equals": [x for k, v in params.items() for x in (f"--{k}", _format_value(v))],
+        "args_no_boolean_flags": [
+            f"--{k}" if isinstance(v, bool) else f"--{k}={_format_value(v)}"
+            for k, v in params.items()
+            if not (isinstance(v, bool) and not v)
+        ],
+        "args_json": [json.dumps(dict(params))],
+        "args_json_file": [args_json_file],
+        "args_append_hydra": ["+" + f for f in flags],
+        "args_override_hydra": ["++" + f for f in flags],
+    }
+
+
+def expand_command(command: Sequence, variables: Mapping[str, list]) -> list[str]:
+    """Replace `${envvar:NAME}` inside tokens and whole-token `${macro}`s, as `wandb agent` does
+    (an unknown macro expands to nothing)."""
+    argv: list[str] = []
+    for token in command:
+        token = _ENVVAR_MACRO.sub(lambda m: os.environ.get(m.group(1), m.group(1)), str(token))
+        if token.startswith("${") and token.endswith("}"):
+            argv += [str(x) for x in variables.get(token[2:-1], [])]
+        else:
+            argv.append(token)
+    return argv
+
+
+def override_key(token: str) -> str | None:
+    """`+model.n_heads=8` -> `model.n_heads`; None when the token is not a Hydra override."""
+    match = _OVERRIDE.match(token)
+    if not match or (match.group(2) == "" and not token.startswith("~")):
+        return None
+    return match.group(1)
+
+
+def hydra_quote(value: str) -> str:
+    """Quote a string for Hydra's override grammar when it holds characters it would parse."""
+    if _SAFE_VALUE.match(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def expand_sweep(
+    path_or_dict: str | os.PathLike | Mapping,
+    extra_overrides: Sequence[str] = (),
+    out_dir: str | os.PathLike | None = None,
+    count: int | None = None,
+    seed: int = 0,
+) -> list[Trial]:
+    """Every trial of a sweep file, with the argv `attnlab-sweep` (or `wandb agent`) would run.
+
+    Each trial gets `group=<sweep name>` unless the file sets `group`, then `extra_overrides`,
+    then, with `out_dir`, `hydra.run.dir=<out_dir>/<NNN>-<name>` in place of any run dir the
+    file or the extra overrides set.
+    """
+    config = load_sweep(path_or_dict)
+    path = None if isinstance(path_or_dict, Mapping) else path_or_dict
+    name = sweep_name(config, path)
+    command = list(config.get("command", DEFAULT_COMMAND))
+    keys = swept_keys(config) or list(config["parameters"])
+    trials = []
+    for index, params in enumerate(expand_params(config, count=count, seed=seed)):
+        trial = Trial(index=index, params=params, overrides=[], command=[], name="")
+        trial.name = trial_name(params, keys)
+        trial.run_dir = Path(out_dir) / trial.label if out_dir is not None else None
+        args_json_file = str(trial.run_dir / "args.json") if trial.run_dir else "args.json"
+        argv = expand_command(command, command_vars(params, config.get("program"), args_json_file))
+        set_keys = {override_key(t) for t in argv} | {override_key(t) for t in extra_overrides}
+        if "group" not in set_keys:
+            argv.append(f"group={name}")
+        argv += list(extra_overrides)
+        if trial.run_dir is not None:  # the trial's directory replaces the file's run dir
+            argv = [t for t in argv if override_key(t) != "hydra.run.dir"]
+            argv.append(f"hydra.run.dir={hydra_quote(str(trial.run_dir))}")
+        trial.command = argv
+        trial.overrides = [t for t in argv if override_key(t) is not None]
+        trials.append(trial)
+    return trials

@@ -1,0 +1,103 @@
+"""The end-of-sweep record: a console table, <out>/summary.json and <out>/summary.md."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnlab.sweeps.runner import TrialResult, format_metric, status_counts
+
+
+def rows(results: Sequence[TrialResult], out_dir: Path, metric_name: str) -> list[list[str]]:
+    header = ["trial", "status", metric_name, "wall time", "results (or log)"]
+    body = []
+    for r in results:
+        wall = "" if r.wall_time_s is None else f"{r.wall_time_s:.1f} s"
+        path = r.results_path or (r.log_path if r.status != "not_started" else None)
+        body.append(
+            [
+                r.trial.label,
+                r.status,
+                format_metric(r.metric),
+                wall,
+                os.path.relpath(path, out_dir) if path else "",
+            ]
+        )
+    return [header, *body]
+
+
+def text_table(table: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(table: list[list[str]]) -> str:
+    escape = [[cell.replace("|", "\\|") for cell in row] for row in table]
+    lines = ["| " + " | ".join(row) + " |" for row in escape]
+    lines.insert(1, "|" + "|".join("---" for _ in table[0]) + "|")
+    return "\n".join(lines)
+
+
+def write_summary(
+    results: Sequence[TrialResult],
+    out_dir: Path,
+    sweep: str,
+    source: str,
+    metric_name: str,
+    interrupted: bool = False,
+) -> str:
+    """Write summary.json and summary.md under out_dir; return the console text."""
+    statuses = list(dict.fromkeys(r.status for r in results))
+    counts = status_counts([r.status for r in results])
+    table = rows(results, out_dir, metric_name)
+    record = {
+        "sweep": sweep,
+        "file": source,
+        "out_dir": str(out_dir),
+        "metric": metric_name,
+        "interrupted": interrupted,
+        "counts": {s: sum(r.status == s for r in results) for s in statuses},
+        "trials": [
+            {
+                "index": r.trial.index,
+                "name": r.trial.label,
+                "status": r.status,
+                "exit_code": r.exit_code,
+                "metric": r.metric if r.metric is not None and math.isfinite(r.metric) else None,
+                "wall_time_s": r.wall_time_s,
+                "gpus": r.gpus,
+                "params": r.trial.params,
+                "overrides": r.trial.overrides,
+                "command": r.trial.command,
+                "run_dir": str(r.trial.run_dir),
+                "results": str(r.results_path) if r.results_path else None,
+                "log": str(r.log_path),
+                "error": r.error,
+            }
+            for r in results
+        ],
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    title = f"Sweep {sweep} ({source}): {len(results)} trials, {counts}"
+    if interrupted:
+        title += " (interrupted)"
+    failures = [r for r in results if r.status not in ("completed", "not_started")]
+    notes = [f"- {r.trial.label}: {r.status}: {r.error}" for r in failures if r.error]
+    md = [f"# {title}", "", markdown_table(table)]
+    if notes:
+        md += ["", "## Not completed", "", *notes]
+    (out_dir / "summary.md").write_text("\n".join(md) + "\n")
+    console = [title, "", text_table(table)]
+    if notes:
+        console += ["", *notes]
+    console += ["", f"summary: {out_dir / 'summary.md'} and summary.json"]
+    return "\n".join(console)

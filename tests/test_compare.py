@@ -1,0 +1,171 @@
+"""attnlab-compare on fake run directories that follow docs/architecture.md."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from attnlab import compare
+
+COMMON = {"model.d_model": 64, "model.n_heads": 4, "model.d_k": None, "scheduler.name": "noam"}
+# (pos_encoding, seed) -> (status, val/loss_best, test/exact_match)
+RUNS = {
+    ("rope", 1): ("completed", 1.0, 0.90),
+    ("rope", 2): ("completed", 1.2, 0.80),
+    ("rope", 3): ("failed", None, None),
+    ("alibi", 1): ("completed", 2.0, 0.50),
+    ("alibi", 2): ("completed", 2.4, 0.70),
+    ("alibi", 3): ("diverged", 9.0, None),
+}
+
+
+def write_run(run_dir: Path, pe: str, seed: int, status: str, best, exact) -> None:
+    run_dir.mkdir(parents=True)
+    metrics = {}
+    if best is not None:
+        metrics["val/loss_best"] = best
+        metrics["val/loss"] = float("nan") if status == "diverged" else best + 0.05
+    if exact is not None:
+        metrics["test/exact_match"] = exact
+    config = {**COMMON, "model.pos_encoding": pe, "seed": seed, "run_name": f"{pe}-s{seed}"}
+    record = {
+        "status": status,
+        "metrics": metrics,
+        "overrides": [f"model.pos_encoding={pe}", f"seed={seed}"],
+        "config": config,
+        "steps": 40,
+        "wall_time_s": 1.0,
+        "seed": seed,
+        "run_dir": str(run_dir),
+        "name": config["run_name"],
+        "error": None if status == "completed" else f"{status} at step 30",
+    }
+    (run_dir / "results.json").write_text(json.dumps(record))
+    if status == "failed":
+        return  # no metrics.csv: it failed before logging
+    with open(run_dir / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["epoch", "step", "train/loss", "val/loss", "val/exact_match"])
+        for step in range(0, 40, 10):
+            value = 5.0 / (step + 1) + (best or 0)
+            if status == "diverged" and step >= 30:
+                value = float("nan")
+            writer.writerow([0, step, value + 0.1, "", ""])  # sparse rows, as CSVLogger writes
+            writer.writerow([0, step, "", value, 0.5])
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "sweep"
+    for (pe, seed), (status, best, exact) in RUNS.items():
+        write_run(root / f"{pe}-s{seed}", pe, seed, status, best, exact)
+    broken = root / "broken"
+    broken.mkdir()
+    (broken / "results.json").write_text('{"status": "completed", "metrics": ')
+    return root
+
+
+def test_compare_aggregates_seeds_and_marks_failed_and_diverged_runs(runs_dir, capsys):
+    assert compare.main([str(runs_dir)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "6 runs in 2 groups by model.pos_encoding" in lines[0]  # seed, run_name ignored
+    rope = next(ln for ln in lines if ln.startswith("rope "))
+    alibi = next(ln for ln in lines if ln.startswith("alibi "))
+    assert "2 completed, 1 failed" in rope and "2 completed, 1 diverged" in alibi
+    # val/loss_best over the completed seeds: mean, sample std, n
+    assert rope.split()[5:9] == ["1.1", f"{statistics.stdev([1.0, 1.2]):.4g}", "2", "0.85"]
+    assert alibi.split()[5:9] == ["2.2", f"{statistics.stdev([2.0, 2.4]):.4g}", "2", "0.6"]
+    assert f"could not read {runs_dir / 'broken' / 'results.json'}: not valid JSON" in out
+
+    with open(runs_dir / "comparison.csv", newline="") as f:
+        rows = {r["model.pos_encoding"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"rope", "alibi"}
+    assert rows["rope"]["status"] == "2 completed, 1 failed"
+    assert rows["alibi"]["status"] == "2 completed, 1 diverged"
+    assert math.isclose(float(rows["rope"]["val/loss_best_mean"]), 1.1)
+    assert math.isclose(float(rows["alibi"]["val/loss_best_std"]), statistics.stdev([2.0, 2.4]))
+    assert rows["alibi"]["val/loss_best_n"] == "2"  # the diverged run's 9.0 is not averaged
+    assert math.isclose(float(rows["alibi"]["test/exact_match_mean"]), 0.6)
+
+    md = (runs_dir / "comparison.md").read_text()
+    assert "| alibi | 2 completed, 1 diverged | 2.2 |" in md
+    assert "| pos_encoding=alibi | 3 | diverged | 9 | alibi-s3 | diverged at step 30 |" in md
+    assert "| pos_encoding=rope | 3 | failed |  | rope-s3 | failed at step 30 |" in md
+    assert "broken/results.json: not valid JSON" in md
+    for png in ("val_loss_curves.png", "val_loss_best_by_group.png"):
+        data = (runs_dir / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+        assert f"]({png})" in md
+
+
+def test_metric_option_selects_the_headline(runs_dir, tmp_path, capsys):
+    out_dir = tmp_path / "report"
+    argv = [str(runs_dir), "--metric", "test/exact_match", "--out", str(out_dir)]
+    assert compare.main(argv) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "test/exact_match mean" in header and "val/loss_best" not in header
+    assert (out_dir / "test_exact_match_by_group.png").exists()
+    assert not (runs_dir / "comparison.md").exists()  # --out wins over the first PATH
+    assert compare.main([str(runs_dir), "--metric", "val/bleu"]) == 2
+    err = capsys.readouterr().err
+    assert "'val/bleu' is in no results.json" in err and "test/exact_match" in err
+
+
+def test_group_by_and_no_results(runs_dir, tmp_path, capsys):
+    assert compare.main([str(runs_dir), "--group-by", "model.n_heads"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "6 runs in 1 groups by model.n_heads" in lines[0]
+    assert lines[3].split()[:7] == ["4", "4", "completed,", "1", "diverged,", "1", "failed"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert compare.main([str(empty)]) == 1
+    assert compare.main([str(tmp_path / "missing")]) == 2
+
+
+def test_differing_keys_ignore_seed_and_per_run_names(runs_dir):
+    runs = [compare.load_run(p) for p in compare.find_results([runs_dir]) if "broken" not in str(p)]
+    assert compare.differing_keys(runs) == ["model.pos_encoding"]
+    groups = compare.group_runs(runs, ["model.pos_encoding"])
+    assert [g.values["model.pos_encoding"] for g in groups] == ["alibi", "rope"]
+    assert compare.aggregate([1.0, float("nan"), 3.0]) == (2.0, math.sqrt(2.0), 2)
+    assert compare.aggregate([]) == (None, None, 0)
+    # nested configs are flattened to the same dotted keys
+    assert compare.flatten({"model": {"n_heads": 8, "d_k": None}, "seed": 1}) == {
+        "model.n_heads": 8,
+        "model.d_k": None,
+        "seed": 1,
+    }
+
+
+def test_trials_without_results_come_from_the_sweep_summary(runs_dir, capsys):
+    """A trial that failed before writing results.json (bad config) still shows, as failed."""
+    summary = {
+        "trials": [
+            {
+                "name": "007-pos_encoding_learned-seed_1",
+                "status": "failed",
+                "params": {"model.pos_encoding": "learned", "seed": 1},
+                "results": None,
+                "error": "bad config",
+            }
+        ]
+    }
+    (runs_dir / "summary.json").write_text(json.dumps(summary))
+    assert compare.main([str(runs_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "7 runs in 3 groups by model.pos_encoding" in lines[0]
+    learned = next(ln for ln in lines if ln.startswith("learned "))
+    assert learned.split()[1:4] == ["1", "failed", "0"]
+
+
+def test_read_curve_skips_sparse_rows(runs_dir):
+    steps, values = compare.read_curve(runs_dir / "rope-s1" / "metrics.csv", "val/loss")
+    assert steps == [0, 10, 20, 30]
+    assert values[0] == pytest.approx(6.0)
+    assert compare.read_curve(runs_dir / "rope-s3" / "metrics.csv", "val/loss") == ([], [])

@@ -1,0 +1,481 @@
+"""attnlab-sweep: sweep files, grid / random expansion, local runs of a fake trial program,
+GPU pinning, Ctrl-C, the W&B agent path (wandb and subprocess replaced), the SLURM launcher."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnlab import sweep
+from attnlab.sweeps import SweepError, expand_sweep
+from attnlab.sweeps.runner import gpu_groups
+from attnlab.sweeps.spec import expand_command, expand_params
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEPS = REPO / "sweeps"
+FAKE = REPO / "tests" / "fixtures" / "fake_trial.py"
+ABLATION_KEYS = {
+    "model.n_heads",
+    "model.d_k",
+    "model.norm_position",
+    "model.pos_encoding",
+    "scheduler.name",
+    "scheduler.warmup_steps",
+    "seed",
+}
+
+
+def fake_sweep(tmp_path: Path, parameters: dict, knobs: list[str], name: str = "fake") -> Path:
+    """A sweep file whose trials run tests/fixtures/fake_trial.py."""
+    config = {
+        "name": name,
+        "program": str(FAKE),
+        "method": "grid",
+        "metric": {"name": "val/loss", "goal": "minimize"},
+        "parameters": parameters,
+        "command": ["${env}", "${interpreter}", "${program}", "${args_no_hyphens}", *knobs],
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+# --- the sweep files ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("file", "axes"),
+    [
+        ("heads.yaml", {"model.n_heads": [1, 4, 8, 16, 32]}),
+        (
+            "norm_warmup.yaml",
+            {
+                "model.norm_position": ["pre", "post"],
+                "scheduler.warmup_steps": [0, 100, 400, 4000],
+            },
+        ),
+        (
+            "pos_encoding.yaml",
+            {"model.pos_encoding": ["sinusoidal", "learned", "rope", "alibi", "none"]},
+        ),
+    ],
+)
+def test_sweep_file_dry_run_lists_every_grid_point(file, axes, tmp_path, capsys):
+    path = SWEEPS / file
+    config = yaml.safe_load(path.read_text())
+    assert config["method"] == "grid"
+    assert config["metric"] == {"name": "val/loss", "goal": "minimize"}
+    assert "${args_no_hyphens}" in config["command"]
+    assert f"group={config['name']}" in config["command"]
+    assert config["parameters"]["seed"] == {"values": [1, 2, 3]}
+
+    trials = expand_sweep(path)
+    expected = [
+        {**dict(zip(axes, combo, strict=True)), "seed": s}
+        for *combo, s in itertools.product(*axes.values(), [1, 2, 3])
+    ]
+    assert [t.params for t in trials] == expected  # e.g. 5 encodings x 3 seeds = 15
+    for t in trials:
+        keys = {o.split("=", 1)[0] for o in t.overrides}
+        assert set(t.params) <= ABLATION_KEYS  # only keys the harness config has
+        assert {"group", "tags"} <= keys
+        assert t.command[0] == "attnlab-train"
+    assert len({t.name for t in trials}) == len(trials)
+
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--dry-run", "--out", str(out)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  0")]
+    assert len(lines) == len(expected)
+    assert not out.exists()  # a dry run writes nothing
+
+
+def test_heads_sweep_keeps_compute_constant():
+    """Table 3 (A): d_k is left null, so d_k = d_model / h and h * d_k = d_model for every h."""
+    trials = expand_sweep(SWEEPS / "heads.yaml")
+    assert all(not o.startswith("model.d_k") for t in trials for o in t.overrides)
+    d_model = 512
+    heads = sorted({t.params["model.n_heads"] for t in trials})
+    assert [d_model // h for h in heads] == [512, 128, 64, 32, 16]
+    assert all(h * (d_model // h) == d_model for h in heads)
+
+
+# --- expansion ----------------------------------------------------------------------------------
+
+
+def test_grid_expansion_is_the_cartesian_product_with_fixed_values():
+    config = {
+        "name": "g",
+        "method": "grid",
+        "program": "train.py",
+        "parameters": {
+            "a": {"values": [1, 2]},
+            "b": {"values": ["x", "y", "z"]},
+            "c": {"value": 0.5},
+        },
+        "command": ["${program}", "${args_no_hyphens}"],
+    }
+    trials = expand_sweep(config)
+    assert [(t.params["a"], t.params["b"]) for t in trials] == list(
+        itertools.product([1, 2], ["x", "y", "z"])
+    )
+    assert trials[4].overrides == ["a=2", "b=y", "c=0.5", "group=g"]
+    assert trials[4].name == "a_2-b_y"  # fixed parameters do not name trials
+    assert [t.index for t in trials] == list(range(6))
+    assert len(expand_sweep(config, count=4)) == 4  # --count caps a grid
+
+
+def test_random_expansion_samples_each_distribution_reproducibly():
+    config = {
+        "method": "random",
+        "parameters": {
+            "opt": {"values": ["adam", "sgd"]},
+            "lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2},
+            "p": {"distribution": "uniform", "min": 0.1, "max": 0.3},
+            "layers": {"distribution": "int_uniform", "min": 2, "max": 4},
+            "width": {"distribution": "q_uniform", "min": 64, "max": 512, "q": 64},
+            "warmup": {"min": 100, "max": 200},  # ints, no distribution: int_uniform
+            "fixed": {"value": 7},
+        },
+    }
+    draws = expand_params(config, count=200, seed=3)
+    assert len(draws) == 200
+    assert draws == expand_params(config, count=200, seed=3)
+    assert draws != expand_params(config, count=200, seed=4)
+    assert {d["opt"] for d in draws} == {"adam", "sgd"}
+    assert all(1e-4 <= d["lr"] <= 1e-2 for d in draws)
+    # log-uniform: about half the draws fall below the geometric midpoint 1e-3
+    assert 60 < sum(d["lr"] < 1e-3 for d in draws) < 140
+    assert all(0.1 <= d["p"] <= 0.3 for d in draws)
+    assert {d["layers"] for d in draws} == {2, 3, 4}
+    assert all(d["width"] % 64 == 0 and 64 <= d["width"] <= 512 for d in draws)
+    assert all(isinstance(d["warmup"], int) and 100 <= d["warmup"] <= 200 for d in draws)
+    assert {d["fixed"] for d in draws} == {7}
+    with pytest.raises(SweepError, match="--count"):
+        expand_params(config)
+
+
+def test_extra_overrides_are_appended_to_every_trial(tmp_path, capsys):
+    path = SWEEPS / "pos_encoding.yaml"
+    trials = expand_sweep(path, ["trainer.max_steps=5", "data.batch_size=8"], out_dir=tmp_path)
+    for t in trials:
+        assert t.overrides[-3:-1] == ["trainer.max_steps=5", "data.batch_size=8"]
+        # the trial's directory replaces the file's hydra.run.dir (meant for W&B agents)
+        assert [o for o in t.overrides if o.startswith("hydra.run.dir=")] == [
+            f"hydra.run.dir={tmp_path}/{t.label}"
+        ]
+        assert t.overrides[-1] == f"hydra.run.dir={tmp_path}/{t.label}"
+        assert t.run_dir == tmp_path / t.label
+    # from the command line, before or after the options, or after --
+    for argv in (
+        [str(path), "trainer.max_steps=5", "--dry-run"],
+        [str(path), "--dry-run", "--", "trainer.max_steps=5"],
+    ):
+        assert sweep.main(argv) == 0
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  0")]
+        assert len(lines) == 15 and all(ln.endswith("trainer.max_steps=5") for ln in lines)
+
+
+def test_group_is_not_added_when_set():
+    config = {"name": "s", "method": "grid", "parameters": {"a": {"values": [1]}}}
+    config["command"] = ["prog", "${args_no_hyphens}"]
+    assert expand_sweep(config)[0].overrides == ["a=1", "group=s"]
+    assert expand_sweep(config, ["group=mine"])[0].overrides == ["a=1", "group=mine"]
+    config["command"] = ["prog", "${args_no_hyphens}", "+group=other"]
+    assert expand_sweep(config)[0].overrides == ["a=1", "+group=other"]
+
+
+def test_command_macros_expand_like_the_wandb_agent(monkeypatch):
+    monkeypatch.setenv("ATTNLAB_TEST_VAR", "hello")
+    params = {"lr": 0.001, "model.norm_position": "pre", "amp": False}
+    config = {"method": "grid", "program": "train.py"}
+    config["parameters"] = {k: {"value": v} for k, v in params.items()}
+    config["command"] = [
+        "${env}",
+        "${interpreter}",
+        "${program}",
+        "--x=${envvar:ATTNLAB_TEST_VAR}",
+        "${args}",
+        "${args_json}",
+        "${no_such_macro}",
+    ]
+    argv = expand_sweep(config)[0].command
+    assert argv[:4] == ["/usr/bin/env", sys.executable, "train.py", "--x=hello"]
+    assert argv[4:7] == ["--lr=0.001", "--model.norm_position=pre", "--amp=False"]
+    assert json.loads(argv[7]) == params
+    assert argv[8:] == ["group=sweep"]  # the unknown macro expanded to nothing
+    del config["command"]  # W&B's default: ${env} ${interpreter} ${program} ${args}
+    assert expand_sweep(config)[0].command[:4] == [
+        "/usr/bin/env",
+        sys.executable,
+        "train.py",
+        "--lr=0.001",
+    ]
+    variables = {"args_no_hyphens": ["a=1", "b=2"], "args_append_hydra": ["+a=1"]}
+    assert expand_command(["p", "${args_no_hyphens}", "${args_append_hydra}"], variables) == [
+        "p",
+        "a=1",
+        "b=2",
+        "+a=1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"method": "bayes"}, "method='bayes'"),
+        ({"parameters": {"a": {"values": [1, None]}}}, "parameters.a: null"),
+        ({"parameters": {"a": {"min": 0, "max": 1}}}, "parameters.a: method 'grid' needs"),
+        (
+            {"method": "random", "parameters": {"a": {"distribution": "beta", "min": 0, "max": 1}}},
+            "parameters.a.distribution='beta'",
+        ),
+        ({"parameters": {"a": {"parameters": {"b": {"value": 1}}}}}, "nested parameters"),
+        ({"command": ["${program}", "${args}"]}, "'program' is not set"),
+    ],
+)
+def test_bad_sweep_files_exit_2_naming_the_key(change, message, tmp_path, capsys):
+    config = {"method": "grid", "parameters": {"a": {"values": [1]}}, "command": ["p"]}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**config, **change}))
+    assert sweep.main([str(path), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_gpu_groups_and_the_error_when_k_does_not_divide(capsys):
+    assert gpu_groups("0,1,2,3", 2) == ["0,1", "2,3"]
+    assert gpu_groups("4,5,6", 1) == ["4", "5", "6"]
+    assert gpu_groups(None, 1) == []
+    with pytest.raises(ValueError, match="does not divide the 3 devices"):
+        gpu_groups("0,1,2", 2)
+    path = str(SWEEPS / "heads.yaml")
+    assert sweep.main([path, "--dry-run", "--gpus", "0,1,2", "--gpus-per-trial", "2"]) == 2
+    assert "--gpus-per-trial=2 does not divide" in capsys.readouterr().err
+    assert sweep.main([path, "--dry-run", "--gpus", "0,1", "--parallel", "4"]) == 0
+    assert "capped at 2" in capsys.readouterr().out
+
+
+# --- local runs of the fake trial program ---------------------------------------------------------
+
+
+def test_local_sweep_records_failed_and_diverged_trials_and_goes_on(tmp_path, capsys):
+    path = fake_sweep(
+        tmp_path,
+        {"model.pos_encoding": {"values": ["rope", "alibi", "none"]}, "seed": {"values": [1, 2]}},
+        [
+            "fake.sleep=1.0",
+            "fake.fail_on=model.pos_encoding:alibi",
+            "fake.diverge_on=model.pos_encoding:none",
+        ],
+    )
+    out = tmp_path / "out"
+    code = sweep.main([str(path), "--parallel", "2", "--out", str(out), "trainer.max_steps=3"])
+    console = capsys.readouterr().out
+    assert code == 1  # not every trial completed
+
+    summary = json.loads((out / "summary.json").read_text())
+    statuses = {t["params"]["model.pos_encoding"]: set() for t in summary["trials"]}
+    for t in summary["trials"]:
+        statuses[t["params"]["model.pos_encoding"]].add(t["status"])
+    assert statuses == {"rope": {"completed"}, "alibi": {"failed"}, "none": {"diverged"}}
+    assert summary["counts"] == {"completed": 2, "failed": 2, "diverged": 2}
+    by_name = {t["name"]: t for t in summary["trials"]}
+    failed = by_name["002-pos_encoding_alibi-seed_1"]
+    assert failed["exit_code"] == 1 and "fake failure" in failed["error"]
+    assert failed["results"] is None
+    assert "fake failure" in (out / "002-pos_encoding_alibi-seed_1" / "trial.log").read_text()
+    diverged = by_name["004-pos_encoding_none-seed_1"]
+    assert diverged["exit_code"] == 3 and diverged["error"] == "loss is not finite"
+    done = by_name["000-pos_encoding_rope-seed_1"]
+    results = json.loads(Path(done["results"]).read_text())
+    assert results["overrides"][-3:] == [
+        "group=fake",
+        "trainer.max_steps=3",
+        f"hydra.run.dir={out}/000-pos_encoding_rope-seed_1",
+    ]
+    assert done["metric"] == results["metrics"]["val/loss"]
+
+    # --parallel 2: at most two trials at once, and trials did overlap
+    spans = []
+    for t in summary["trials"]:
+        if t["results"]:
+            fake = json.loads(Path(t["results"]).read_text())["fake"]
+            spans.append((fake["start"], fake["end"]))
+    for s, _ in spans:
+        assert sum(a <= s < b for a, b in spans) <= 2
+    assert any(a1 < b2 and a2 < b1 for (a1, b1), (a2, b2) in itertools.combinations(spans, 2))
+
+    md = (out / "summary.md").read_text()
+    assert "| 002-pos_encoding_alibi-seed_1 | failed |" in md
+    assert "6 trials, 2 completed, 2 diverged, 2 failed" in md
+    assert re.search(r"000-pos_encoding_rope-seed_1 +completed +\d+\.\d+ +\d+\.\d s", console)
+
+
+def test_gpu_pinning_never_shares_a_device_between_running_trials(tmp_path):
+    path = fake_sweep(
+        tmp_path,
+        {"x": {"values": [1, 2, 3, 4, 5]}},
+        ["fake.sleep=0.4"],
+        name="pin",
+    )
+    out = tmp_path / "out"
+    argv = [str(path), "--gpus", "0,1,2,3", "--gpus-per-trial", "2", "--parallel", "2"]
+    assert sweep.main([*argv, "--out", str(out)]) == 0
+    records = [json.loads(p.read_text())["fake"] for p in sorted(out.glob("*/results.json"))]
+    assert len(records) == 5
+    assert {r["cuda_visible_devices"] for r in records} == {"0,1", "2,3"}
+    for a, b in itertools.combinations(records, 2):
+        if a["start"] < b["end"] and b["start"] < a["end"]:  # ran at the same time
+            assert not set(a["cuda_visible_devices"].split(",")) & set(
+                b["cuda_visible_devices"].split(",")
+            )
+    summary = json.loads((out / "summary.json").read_text())
+    assert [t["gpus"] for t in summary["trials"]] == [r["cuda_visible_devices"] for r in records]
+
+
+def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
+    path = fake_sweep(tmp_path, {"x": {"values": [1, 2, 3, 4]}}, ["fake.sleep=60"], name="stop")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab.sweep", str(path), "--parallel", "2", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while len(list(out.glob("*/trial.log"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # let both fake trials reach their sleep
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=30)[0]
+    assert time.monotonic() - t0 < 15, output
+    assert proc.returncode == 1, output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert [t["status"] for t in summary["trials"]] == [
+        "interrupted",
+        "interrupted",
+        "not_started",
+        "not_started",
+    ]
+    assert "interrupted: stopping 2 running trial(s)" in output
+
+
+# --- the W&B path -------------------------------------------------------------------------------
+
+
+class FakePopen:
+    calls: list = []
+    exit_codes: list = []
+
+    def __init__(self, argv, env=None, **kwargs):
+        self.argv, self.env, self.pid = argv, env, 4242 + len(FakePopen.calls)
+        FakePopen.calls.append(self)
+
+    def wait(self):
+        return FakePopen.exit_codes[FakePopen.calls.index(self)]
+
+    def poll(self):
+        return self.wait()
+
+
+def test_wandb_path_creates_the_sweep_and_one_agent_per_gpu_group(tmp_path, monkeypatch):
+    import wandb
+
+    from attnlab.sweeps import wandb_agents
+
+    created = {}
+
+    def fake_sweep_create(config, project=None, entity=None):
+        created.update(config=config, project=project, entity=entity)
+        return "abc123"
+
+    monkeypatch.setattr(wandb, "sweep", fake_sweep_create)
+    monkeypatch.setattr(wandb_agents.subprocess, "Popen", FakePopen)
+    FakePopen.calls, FakePopen.exit_codes = [], [0, 0]
+    argv = [str(SWEEPS / "pos_encoding.yaml"), "--wandb", "--gpus", "0,1,2,3"]
+    argv += ["--gpus-per-trial", "2", "--count", "5", "--project", "p", "--entity", "e"]
+    argv += ["--out", str(tmp_path), "trainer.max_steps=10"]
+    assert sweep.main(argv) == 0
+
+    assert created["project"] == "p" and created["entity"] == "e"
+    config = created["config"]
+    assert config["parameters"]["model.pos_encoding"]["values"][0] == "sinusoidal"
+    assert config["command"] == [
+        "${program}",
+        "${args_no_hyphens}",
+        "group=pos_encoding",
+        "tags=[ablation,pos_encoding]",
+        "trainer.max_steps=10",
+        f"hydra.run.dir='{tmp_path}/${{oc.env:WANDB_RUN_ID}}'",  # one directory per W&B run
+    ]
+    agent = [sys.executable, "-m", "wandb", "agent", "--count", "5", "--project", "p"]
+    agent += ["--entity", "e", "abc123"]
+    assert [c.argv for c in FakePopen.calls] == [agent, agent]
+    assert [c.env["CUDA_VISIBLE_DEVICES"] for c in FakePopen.calls] == ["0,1", "2,3"]
+    assert (tmp_path / "agent-0.log").exists() and (tmp_path / "agent-1.log").exists()
+
+    FakePopen.calls, FakePopen.exit_codes = [], [0, 1]  # a failing agent: exit code 1
+    assert sweep.main(argv) == 1
+    FakePopen.calls, FakePopen.exit_codes = [], [0, 0, 0]  # no GPUs: --parallel agents
+    plain = [str(SWEEPS / "heads.yaml"), "--wandb", "--parallel", "3", "--out", str(tmp_path)]
+    assert sweep.main(plain) == 0
+    assert len(FakePopen.calls) == 3
+    assert all(
+        "CUDA_VISIBLE_DEVICES" not in c.env
+        or c.env["CUDA_VISIBLE_DEVICES"] == os.environ.get("CUDA_VISIBLE_DEVICES")
+        for c in FakePopen.calls
+    )
+    assert FakePopen.calls[0].argv[-1] == "abc123" and "--count" not in FakePopen.calls[0].argv
+
+
+# --- SLURM ----------------------------------------------------------------------------------------
+
+
+def _compose_launcher(config_dir: Path, config_name: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+    return cfg.hydra.launcher
+
+
+def test_slurm_launcher_config_composes_with_submitit(tmp_path):
+    """conf/hydra/launcher/slurm.yaml composes onto submitit's SlurmQueueConf (a structured
+    config: an unknown key would fail) and takes its layout from the trainer config."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    launcher_dir = tmp_path / "hydra" / "launcher"
+    launcher_dir.mkdir(parents=True)
+    shutil.copy(REPO / "conf" / "hydra" / "launcher" / "slurm.yaml", launcher_dir)
+    (tmp_path / "two_nodes.yaml").write_text("trainer:\n  devices: 4\n  num_nodes: 2\n")
+    (tmp_path / "one_node.yaml").write_text("trainer:\n  devices: 8\n")
+    launcher = _compose_launcher(tmp_path, "two_nodes", ["hydra/launcher=slurm"])
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
+    assert launcher.partition is None
+    assert launcher.timeout_min > 0 and launcher.mem_gb > 0 and launcher.cpus_per_task > 0
+    launcher = _compose_launcher(tmp_path, "one_node", ["hydra/launcher=slurm"])
+    assert (launcher.nodes, launcher.tasks_per_node) == (1, 8)  # no trainer.num_nodes: 1 node
+
+
+def test_slurm_launcher_composes_with_the_harness_config():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    config = pytest.importorskip("attnlab.config")
+    if not (REPO / "conf" / "train.yaml").exists() or not hasattr(config, "register_configs"):
+        pytest.skip("the attnlab-train config (conf/train.yaml) is not there")
+    config.register_configs()
+    launcher = _compose_launcher(REPO / "conf", "train", ["hydra/launcher=slurm", "trainer=ddp"])
+    assert launcher.tasks_per_node == launcher.gpus_per_node == 2  # conf/trainer/ddp.yaml
