@@ -11,7 +11,7 @@ Epochs and distributed sharding work as in attnlab.data.translation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
@@ -19,13 +19,25 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnlab.data.batching import BlockBatchSampler
+from attnlab.data.checks import DataFile, as_path, integer_problem, present, raise_first
 from attnlab.data.download import KNOWN_FILES, ensure_file
 from attnlab.data.text import TokenizedDataModule, TokenStreamDataset, collate_lm, read_text
-from attnlab.data.tokenizer import Tokenizer, TokenizerSettings, fingerprint, train_or_load
+from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
+
+
+def _splits_problem(splits) -> str | None:
+    try:
+        fractions = [float(f) for f in splits]
+    except (TypeError, ValueError):
+        fractions = []
+    if len(fractions) == 3 and min(fractions) >= 0 and abs(sum(fractions) - 1) <= 1e-6:
+        return None
+    shown = list(splits) if isinstance(splits, list | tuple) else splits
+    return f"data.splits={shown!r} must be 3 fractions (train, val, test) >= 0 summing to 1"
 
 
 class LMTextDataModule(TokenizedDataModule):
@@ -52,24 +64,45 @@ class LMTextDataModule(TokenizedDataModule):
         num_workers: int = 0,
         cache_dir: str | None = None,
     ) -> None:
-        settings = TokenizerSettings(
-            tokenizer_type, vocab_size, character_coverage, preserve_whitespace=True
+        raise_first(LMTextDataModule.own_problems(locals()))
+        super().__init__(
+            tokenizer_type=tokenizer_type,
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            tokenizer_path=tokenizer_path,
+            seed=seed,
+            max_tokens=max_tokens,
+            num_workers=num_workers,
+            cache_dir=cache_dir,
+            preserve_whitespace=True,
         )
-        super().__init__(settings, tokenizer_path, seed, max_tokens, num_workers, cache_dir)
-        splits = tuple(float(f) for f in splits)
-        if len(splits) != 3 or min(splits) < 0 or abs(sum(splits) - 1) > 1e-6:
-            raise ValueError(f"data.splits={list(splits)} must be 3 fractions summing to 1")
         self.path = path
-        self.splits = splits
+        self.splits = tuple(float(f) for f in splits)
         self.block_size = block_size
         self.batch_size = batch_size or max(1, max_tokens // block_size)
         self.streams: dict[str, torch.Tensor] = {}
         self._texts: dict[str, str] | None = None
 
+    @staticmethod
+    def own_problems(args: Mapping) -> list[str]:
+        """block_size >= 1, batch_size unset or >= 1, splits: 3 fractions >= 0 summing to 1."""
+        batch_size = args["batch_size"]
+        return present(
+            integer_problem("data.block_size", args["block_size"], 1),
+            None if batch_size is None else integer_problem("data.batch_size", batch_size, 1),
+            _splits_problem(args["splits"]),
+        )
+
+    @classmethod
+    def expected_files(cls, args: Mapping) -> list[tuple[DataFile, ...]]:
+        """The text file at data.path."""
+        required = "name a UTF-8 text file, plain or gzip"
+        return [(DataFile("data.path", as_path(args["path"]), required=required),)]
+
     def text_path(self) -> Path:
         if not self.path:
             raise ValueError("data.path must name a text file")
-        return Path(self.path).expanduser()
+        return as_path(self.path)
 
     def split_texts(self) -> dict[str, str]:
         """The raw text of each split (contiguous character ranges)."""
@@ -141,16 +174,35 @@ class TinyShakespeareDataModule(LMTextDataModule):
     """
 
     def __init__(self, root: str | None = None, download: bool = True, **kwargs) -> None:
+        raise_first(TinyShakespeareDataModule.own_problems(kwargs))
         kwargs.setdefault("tokenizer_type", "char")
         super().__init__(**kwargs)
-        self.root = Path(root).expanduser() if root else self.cache_dir / "data" / "tinyshakespeare"
+        self.root = self.dataset_root(root, kwargs.get("cache_dir"), "tinyshakespeare")
         self.download = download
 
-    def text_path(self) -> Path:
+    @staticmethod
+    def own_problems(args: Mapping) -> list[str]:
+        """The text comes from root: data.path must not be set."""
+        if args.get("path"):
+            return ["data.path: Tiny Shakespeare reads <data.root>/input.txt; remove data.path"]
+        return []
+
+    @staticmethod
+    def root_text_file(root: Path) -> Path:
+        """<root>/input.txt, else <root>/input.txt.gz, else input.txt (the download's name)."""
         for name in ("input.txt", "input.txt.gz"):
-            if (self.root / name).exists():
-                return self.root / name
-        return self.root / "input.txt"
+            if (root / name).exists():
+                return root / name
+        return root / "input.txt"
+
+    @classmethod
+    def expected_files(cls, args: Mapping) -> list[tuple[DataFile, ...]]:
+        """<root>/input.txt (or .gz); a missing one is downloaded if allowed."""
+        root = cls.dataset_root(args["root"], args["cache_dir"], "tinyshakespeare")
+        return [(DataFile("data.root", cls.root_text_file(root), download=args["download"]),)]
+
+    def text_path(self) -> Path:
+        return self.root_text_file(self.root)
 
     def _ensure_files(self) -> None:
         path = self.text_path()

@@ -9,8 +9,9 @@ Batch formats follow docs/architecture.md:
 from __future__ import annotations
 
 import gzip
+import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
@@ -18,7 +19,13 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.data.tokenizer import Tokenizer, TokenizerSettings, default_cache_dir
+from attnlab.data.checks import GZIP_MAGIC, DataFile, integer_problem, present, raise_first
+from attnlab.data.tokenizer import (
+    Tokenizer,
+    TokenizerSettings,
+    default_cache_dir,
+    settings_problems,
+)
 from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 log = logging.getLogger(__name__)
@@ -30,7 +37,7 @@ def read_text(path: str | Path) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"text file not found: {path}")
     with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
+        gz = f.read(2) == GZIP_MAGIC
     opener = gzip.open if gz else open
     try:
         with opener(path, "rt", encoding="utf-8", newline="") as f:
@@ -187,6 +194,11 @@ class TokenizedDataModule(L.LightningDataModule):
     The tokenizer is trained (or found in the cache) on first use of `tokenizer` /
     `vocab_size`, so a harness may read `vocab_size` before `prepare_data` and `setup`.
     `tokenizer_path` skips training and uses that .model file (e.g. a run's tokenizer.model).
+
+    Argument checks, shared with the data preflight (attnlab.data.checks.check_data_config):
+    each class states the rules for the arguments its own __init__ declares in the static
+    `own_problems(args)`, and raises the first problem on construction; `arg_problems` runs
+    the rules of the whole class hierarchy; `expected_files(args)` lists the files read.
     """
 
     task: str = ""
@@ -194,21 +206,91 @@ class TokenizedDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        settings: TokenizerSettings,
+        *,
+        tokenizer_type: str,
+        vocab_size: int,
+        character_coverage: float,
         tokenizer_path: str | None,
         seed: int,
         max_tokens: int,
         num_workers: int,
         cache_dir: str | None,
+        preserve_whitespace: bool = False,
     ) -> None:
+        raise_first(TokenizedDataModule.own_problems(locals()))
         super().__init__()
-        self.tokenizer_settings = settings
+        self.tokenizer_settings = TokenizerSettings(
+            tokenizer_type, vocab_size, character_coverage, preserve_whitespace
+        )
         self.tokenizer_path = tokenizer_path
         self.seed = seed
         self.max_tokens = max_tokens
         self.num_workers = num_workers
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self.cache_dir = self.cache_root(cache_dir)
         self._tokenizer: Tokenizer | None = None
+
+    @staticmethod
+    def own_problems(args: Mapping) -> list[str]:
+        """Rules for the arguments every text DataModule takes (`args`: name -> value)."""
+        keys = ("data.tokenizer_type", "data.vocab_size", "data.character_coverage")
+        return settings_problems(
+            args["tokenizer_type"], args["vocab_size"], args["character_coverage"], keys
+        ) + present(
+            integer_problem("data.max_tokens", args["max_tokens"], 1),
+            integer_problem("data.num_workers", args["num_workers"], 0),
+        )
+
+    @classmethod
+    def arguments(cls, kwargs: Mapping) -> tuple[dict, list[str]]:
+        """(every constructor argument: `kwargs` over the defaults, one problem per unknown key).
+
+        The arguments are those of cls.__init__ and, where it forwards **kwargs, of the
+        parent classes' __init__ in turn.
+        """
+        defaults: dict = {}
+        for klass in cls.__mro__:
+            if klass is TokenizedDataModule:
+                break
+            params = inspect.signature(klass.__init__).parameters.values()
+            for p in params:
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                    defaults.setdefault(p.name, p.default)
+            if not any(p.kind is p.VAR_KEYWORD for p in params):
+                break
+        unknown = [k for k in kwargs if k not in defaults]
+        problems = [
+            f"data.{k}: not an argument of {cls.__name__}; valid: {', '.join(defaults)}"
+            for k in unknown
+        ]
+        known = {k: v for k, v in kwargs.items() if k in defaults}
+        return {**defaults, **known}, problems
+
+    @classmethod
+    def arg_problems(cls, args: Mapping) -> list[str]:
+        """Every class's `own_problems` for the complete arguments `args` (see `arguments`)."""
+        problems = []
+        for klass in reversed(cls.__mro__):
+            if "own_problems" in vars(klass):
+                problems += klass.own_problems(args)
+        return problems
+
+    @classmethod
+    def expected_files(cls, args: Mapping) -> list[tuple[DataFile, ...]]:
+        """The data files read for the complete arguments `args`, grouped: the files of one
+        group must be line-aligned. (The tokenizer_path file is not listed.)"""
+        raise NotImplementedError
+
+    @staticmethod
+    def cache_root(cache_dir: str | None) -> Path:
+        """`cache_dir` expanded, or attnlab's default cache root."""
+        return Path(str(cache_dir)).expanduser() if cache_dir else default_cache_dir()
+
+    @staticmethod
+    def dataset_root(root: str | None, cache_dir: str | None, name: str) -> Path:
+        """A named dataset's folder: `root`, else <cache_dir>/data/<name>."""
+        if root:
+            return Path(str(root)).expanduser()
+        return TokenizedDataModule.cache_root(cache_dir) / "data" / name
 
     # hooks for subclasses
     def _ensure_files(self) -> None:

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from attnlab.data.checks import choice_problem, integer_problem, present, raise_first
 from attnlab.data.download import sha256_file
-from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, UNK_ID
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,22 @@ _MAX_TRAIN_SENTENCE_CHARS = 2000  # SentencePiece skips training sentences over 
 def default_cache_dir() -> Path:
     """attnlab's cache root: $ATTNLAB_CACHE, else ~/.cache/attnlab."""
     return Path(os.environ.get("ATTNLAB_CACHE", "~/.cache/attnlab")).expanduser()
+
+
+def settings_problems(
+    model_type,
+    vocab_size,
+    character_coverage,
+    keys: tuple[str, str, str] = ("model_type", "vocab_size", "character_coverage"),
+) -> list[str]:
+    """The rules for tokenizer settings; `keys` name the three values in the messages."""
+    type_key, size_key, coverage_key = keys
+    coverage_ok = isinstance(character_coverage, int | float) and 0 < character_coverage <= 1
+    return present(
+        choice_problem(type_key, model_type, MODEL_TYPES),
+        integer_problem(size_key, vocab_size, NUM_SPECIAL + 1),  # ids 0-3 are the specials
+        None if coverage_ok else f"{coverage_key}={character_coverage!r} must be in (0, 1]",
+    )
 
 
 @dataclass(frozen=True)
@@ -57,12 +74,7 @@ class TokenizerSettings:
     input_sentence_size: int = 1_000_000
 
     def __post_init__(self) -> None:
-        if self.model_type not in MODEL_TYPES:
-            raise ValueError(
-                f"tokenizer model_type={self.model_type!r}; choose one of {', '.join(MODEL_TYPES)}"
-            )
-        if self.vocab_size <= 4:
-            raise ValueError(f"tokenizer vocab_size={self.vocab_size} must be > 4 (special ids)")
+        raise_first(settings_problems(self.model_type, self.vocab_size, self.character_coverage))
 
 
 class Tokenizer:

@@ -15,12 +15,21 @@ order reshuffles every epoch whether or not the Trainer rebuilds the loader
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 
 from torch.utils.data import DataLoader
 
 from attnlab.data.batching import TokenBatchSampler, padding_fraction
+from attnlab.data.checks import (
+    DataFile,
+    as_path,
+    choice_problem,
+    integer_problem,
+    present,
+    raise_first,
+)
 from attnlab.data.download import fetch_known, sha256_file
 from attnlab.data.text import (
     ParallelTextDataset,
@@ -28,7 +37,7 @@ from attnlab.data.text import (
     collate_seq2seq,
     read_lines,
 )
-from attnlab.data.tokenizer import Tokenizer, TokenizerSettings, fingerprint, train_or_load
+from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
 
 log = logging.getLogger(__name__)
 
@@ -65,22 +74,67 @@ class TranslationDataModule(TokenizedDataModule):
         num_workers: int = 0,
         cache_dir: str | None = None,
     ) -> None:
-        settings = TokenizerSettings(tokenizer_type, vocab_size, character_coverage)
-        super().__init__(settings, tokenizer_path, seed, max_tokens, num_workers, cache_dir)
+        raise_first(TranslationDataModule.own_problems(locals()))
+        super().__init__(
+            tokenizer_type=tokenizer_type,
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            tokenizer_path=tokenizer_path,
+            seed=seed,
+            max_tokens=max_tokens,
+            num_workers=num_workers,
+            cache_dir=cache_dir,
+        )
         self.files = {
             "train": (train_src, train_tgt),
             "val": (val_src, val_tgt),
             "test": (test_src, test_tgt),
         }
         self.eval_max_tokens = eval_max_tokens or max_tokens
-        for key, budget in (("max_tokens", max_tokens), ("eval_max_tokens", self.eval_max_tokens)):
-            if max_src_len + max_tgt_len > budget:
-                raise ValueError(
-                    f"max_src_len + max_tgt_len = {max_src_len + max_tgt_len} exceeds "
-                    f"{key}={budget}: a longest pair would not fit in a batch"
-                )
         self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
         self.datasets: dict[str, ParallelTextDataset] = {}
+
+    @staticmethod
+    def own_problems(args: Mapping) -> list[str]:
+        """Length limits: each >= 2 (a token plus EOS / BOS), and a longest pair must fit in a
+        batch of max_tokens and of eval_max_tokens."""
+        eval_max_tokens = args["eval_max_tokens"]
+        problems = present(
+            integer_problem("data.max_src_len", args["max_src_len"], 2),
+            integer_problem("data.max_tgt_len", args["max_tgt_len"], 2),
+            None
+            if eval_max_tokens is None
+            else integer_problem("data.eval_max_tokens", eval_max_tokens, 1),
+        )
+        if problems or integer_problem("max_tokens", args["max_tokens"], 1):
+            return problems  # the budget rule needs valid integers
+        longest = args["max_src_len"] + args["max_tgt_len"]
+        for key in ("max_tokens", "eval_max_tokens"):
+            budget = args[key]
+            if budget is not None and budget < longest:
+                problems.append(
+                    f"data.{key}={budget} is less than max_src_len + max_tgt_len = {longest}; "
+                    "a longest pair would not fit in a batch"
+                )
+        return problems
+
+    @classmethod
+    def expected_files(cls, args: Mapping) -> list[tuple[DataFile, ...]]:
+        """(source, target) of the training split, and of val / test where either is set."""
+        groups = []
+        for split in SPLITS:
+            if split != "train" and not (args[f"{split}_src"] or args[f"{split}_tgt"]):
+                continue  # val / test are optional
+            group = []
+            for side, other in (("src", "tgt"), ("tgt", "src")):
+                if split == "train":
+                    required = "the training split needs a source and a target file"
+                else:
+                    required = f"data.{split}_{other} is set, and a split needs both files"
+                path = as_path(args[f"{split}_{side}"])
+                group.append(DataFile(f"data.{split}_{side}", path, required=required))
+            groups.append(tuple(group))
+        return groups
 
     def split_files(self, split: str) -> tuple[Path, Path]:
         """(source, target) paths of `split` in {train, val, test}."""
@@ -89,7 +143,7 @@ class TranslationDataModule(TokenizedDataModule):
         src, tgt = self.files[split]
         if not src or not tgt:
             raise ValueError(f"data.{split}_src and data.{split}_tgt must both be set")
-        return Path(src).expanduser(), Path(tgt).expanduser()
+        return as_path(src), as_path(tgt)
 
     def _train_tokenizer(self) -> Tokenizer:
         # Sorted by content hash so both translation directions share one cached tokenizer.
@@ -192,26 +246,62 @@ class Multi30kDataModule(TranslationDataModule):
         download: bool = True,
         **kwargs,
     ) -> None:
-        for key, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-            if lang not in MULTI30K_LANGS:
-                raise ValueError(f"data.{key}={lang!r}; choose one of {', '.join(MULTI30K_LANGS)}")
-        if src_lang == tgt_lang:
-            raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
-        if files := sorted(k for k in kwargs if k.endswith(("_src", "_tgt"))):
-            raise ValueError(f"Multi30K takes root, not file paths: remove data.{files[0]}")
+        raise_first(
+            Multi30kDataModule.own_problems({"src_lang": src_lang, "tgt_lang": tgt_lang, **kwargs})
+        )
         super().__init__(**kwargs)
-        self.root = Path(root).expanduser() if root else self.cache_dir / "data" / "multi30k"
+        self.root = self.dataset_root(root, kwargs.get("cache_dir"), "multi30k")
         self.src_lang, self.tgt_lang, self.download = src_lang, tgt_lang, download
 
-    def _file(self, split: str, lang: str) -> Path:
+    @staticmethod
+    def own_problems(args: Mapping) -> list[str]:
+        """Languages in {en, de} and different; files come from root, not data.<split>_src."""
+        src_lang, tgt_lang = args["src_lang"], args["tgt_lang"]
+        problems = present(
+            choice_problem("data.src_lang", src_lang, MULTI30K_LANGS),
+            choice_problem("data.tgt_lang", tgt_lang, MULTI30K_LANGS),
+        )
+        if src_lang == tgt_lang:
+            problems.append(
+                f"data.tgt_lang={tgt_lang!r} is data.src_lang too; translate between "
+                f"{' and '.join(MULTI30K_LANGS)}"
+            )
+        file_keys = sorted(k for k, v in args.items() if k.endswith(("_src", "_tgt")) and v)
+        problems += [
+            f"data.{key}: Multi30K reads its files from data.root; remove data.{key}"
+            for key in file_keys
+        ]
+        return problems
+
+    @staticmethod
+    def split_file(root: Path, split: str, lang: str) -> Path:
+        """<root>/<split name>.<lang> if present, else the .gz (the name it is downloaded as)."""
         name = f"{MULTI30K_SPLITS[split]}.{lang}"
-        plain = self.root / name
-        return plain if plain.exists() else self.root / f"{name}.gz"
+        plain = root / name
+        return plain if plain.exists() else root / f"{name}.gz"
+
+    @classmethod
+    def expected_files(cls, args: Mapping) -> list[tuple[DataFile, ...]]:
+        """(source, target) of every split under root; missing ones are downloaded if allowed."""
+        root = cls.dataset_root(args["root"], args["cache_dir"], "multi30k")
+        langs = (args["src_lang"], args["tgt_lang"])
+        if any(lang not in MULTI30K_LANGS for lang in langs):
+            return []  # reported by own_problems
+        return [
+            tuple(
+                DataFile("data.root", cls.split_file(root, split, lang), download=args["download"])
+                for lang in langs
+            )
+            for split in SPLITS
+        ]
 
     def split_files(self, split: str) -> tuple[Path, Path]:
         if split not in SPLITS:
             raise ValueError(f"split={split!r}; choose one of {', '.join(SPLITS)}")
-        return self._file(split, self.src_lang), self._file(split, self.tgt_lang)
+        return (
+            self.split_file(self.root, split, self.src_lang),
+            self.split_file(self.root, split, self.tgt_lang),
+        )
 
     def _ensure_files(self) -> None:
         for split in SPLITS:

@@ -1,4 +1,4 @@
-"""Special token ids shared by every vocabulary in attnlab (synthetic, SentencePiece) and the model."""
+"""Special token ids shared by every vocabulary (synthetic, SentencePiece) and the model."""
 
 PAD_ID = 0
 UNK_ID = 1
