@@ -1,0 +1,142 @@
+"""Preflight for attnlab-train: a bad value ends in one line on stderr and exit code 2.
+
+Hydra reports composition errors over several lines (and a failed run with a traceback), so
+before handing over to the Hydra app, `preflight` composes the config with Hydra's compose API
+using the same overrides (each point of a `-m` sweep), runs `validate_config` on it, and turns
+any error into e.g.
+
+    attnlab-train: error: model.pos_encoding='foo' is not valid; expected one of: sinusoidal, ...
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.utils import get_args_parser
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from attnlab.config import validate_config  # also registers the schemas in the ConfigStore
+
+# Flags after which Hydra prints something instead of running: nothing to check.
+_INFO_FLAGS = (
+    "help",
+    "hydra_help",
+    "version",
+    "cfg",
+    "info",
+    "shell_completion",
+    "resolve",
+    "experimental_rerun",
+)
+
+
+class ConfigError(Exception):
+    """A bad config value; the message is one line naming the key."""
+
+
+def compose_config(config_dir: Path | str, overrides: list[str], config_name: str = "train"):
+    """Compose `config_name` from `config_dir` with `overrides` (no Hydra run, no run dir)."""
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+def sweep_points(overrides: list[str]) -> list[list[str]]:
+    """The override lists of every job of a `-m` sweep (Hydra's basic sweeper expansion)."""
+    parsed = OverridesParser.create().parse_overrides(overrides=overrides)
+    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    return [point for batch in batches for point in batch]
+
+
+def check(
+    config_dir: Path | str, overrides: list[str], multirun: bool = False, config_name: str = "train"
+) -> None:
+    """Compose and validate the config(s) the command would run; raise ConfigError if bad."""
+    try:
+        points = sweep_points(overrides) if multirun else [overrides]
+        for point in points:
+            validate_config(compose_config(config_dir, point, config_name))
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        raise ConfigError(describe(err)) from None
+
+
+def describe(err: BaseException) -> str:
+    """One line for a Hydra / OmegaConf / validation error, naming the key (and choices)."""
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file:
+        group, _, choice = err.missing_cfg_file.rpartition("/")
+        if group and err.options:
+            return f"{group}={choice!r} is not valid; expected one of: {', '.join(err.options)}"
+    if isinstance(err, OverrideParseException):
+        return f"could not parse override {err.override!r}: {_first_line(err.message)}"
+    cause = err
+    while cause.__cause__ is not None and not isinstance(cause, OmegaConfBaseException):
+        cause = cause.__cause__
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        return _describe_omegaconf(cause, err)
+    return _one_line(str(err))
+
+
+def _describe_omegaconf(err: OmegaConfBaseException, outer: BaseException) -> str:
+    key, value, msg = err.full_key, err.value, _first_line(err.msg or str(err))
+    choices = re.match(r"Invalid value .*, expected one of \[(.*)\]$", msg)
+    if choices:
+        return f"{key}={value!r} is not valid; expected one of: {choices.group(1)}"
+    converted = re.match(r"Value .* could not be converted to (\w+)$", msg)
+    if converted:
+        kind = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
+        expected = kind.get(converted.group(1), converted.group(1))
+        return f"{key}={value!r} is not valid; expected {expected}"
+    if re.match(r"Key '.*' not in '.*'$", msg):
+        where = key.rpartition(".")[0] or "the config"
+        parent = getattr(err, "parent_node", None)
+        known = [k for k in parent.keys() if k != "hydra"] if OmegaConf.is_dict(parent) else []
+        line = f"{key} is not a key of {where}"
+        if known:
+            line += f"; expected one of: {', '.join(map(str, known))}"
+        append = re.search(r"use (\+\S+)", str(outer))
+        return line + (f" (to add a new key use {append.group(1)})" if append else "")
+    return f"{key}: {msg}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _one_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("Config search path", "provider="))]
+    return "; ".join(lines)
+
+
+def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-train") -> None:
+    """Check the command line `argv` before Hydra runs it; exit 2 with one line if bad.
+
+    Commands that only print (--help, --cfg, --info, ...) or use their own config location
+    (--config-path, --config-dir) are left to Hydra.
+    """
+    try:
+        args = get_args_parser().parse_args(argv)
+    except SystemExit:  # bad flags: Hydra's own parser will say so
+        return
+    if any(getattr(args, flag, None) for flag in _INFO_FLAGS):
+        return
+    if args.config_path or args.config_dir:
+        return
+    if args.multirun and any(o.startswith("hydra/sweeper=") for o in args.overrides):
+        return  # another sweeper's syntax (e.g. interval(0,1)) is not the basic sweeper's
+    try:
+        check(
+            config_dir,
+            args.overrides,
+            multirun=args.multirun,
+            config_name=args.config_name or "train",
+        )
+    except ConfigError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,243 @@
+"""Synthetic sequence tasks (copy, reverse, sort), generated from the seed: no files.
+
+Every batch is a pure function of (seed, split, batch index), so runs are reproducible and each
+DDP rank can take its own share of the batches (batch i of rank r is global batch i * world + r).
+Training draws fresh examples for every batch; validation and test are fixed sets, with their
+own length range (`eval_len`), which may be longer than `train_len` to test length extrapolation.
+
+Batches follow docs/architecture.md. For an encoder-decoder (task "seq2seq"):
+    src = x, tgt_in = [BOS] + y, tgt_out = y + [EOS]
+For a decoder-only model (task "lm") the pair becomes one sequence [BOS] x [SEP] y [EOS]; the
+loss is only on y + [EOS] (targets elsewhere are PAD) and `prompt_len` = |x| + 2 marks where
+generation starts.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
+
+SYNTHETIC_TASKS = ("copy", "reverse", "sort")
+_SPLITS = {"train": 0, "val": 1, "test": 2}
+_SPECIAL_NAMES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
+
+
+class SymbolTokenizer:
+    """Symbols NUM_SPECIAL.. NUM_SPECIAL + n_symbols - 1 shown as a, b, c, ... (or s0, s1, ...
+    beyond 26); `sep_id`, when given, is shown as '|'. Tokens are space-separated."""
+
+    def __init__(self, n_symbols: int, sep_id: int | None = None) -> None:
+        self.n_symbols = n_symbols
+        self.sep_id = sep_id
+        self.vocab_size = NUM_SPECIAL + n_symbols + (sep_id is not None)
+
+    def _piece(self, i: int) -> str:
+        k = i - NUM_SPECIAL
+        return chr(ord("a") + k) if self.n_symbols <= 26 else f"s{k}"
+
+    def decode(self, ids) -> str:
+        """Symbols and '|' joined by spaces; specials dropped, stops at the first EOS."""
+        pieces = []
+        for i in (int(t) for t in ids):
+            if i == EOS_ID:
+                break
+            if i == self.sep_id:
+                pieces.append("|")
+            elif NUM_SPECIAL <= i < NUM_SPECIAL + self.n_symbols:
+                pieces.append(self._piece(i))
+        return " ".join(pieces)
+
+    def encode(self, text: str) -> list[int]:
+        table = {self._piece(NUM_SPECIAL + k): NUM_SPECIAL + k for k in range(self.n_symbols)}
+        if self.sep_id is not None:
+            table["|"] = self.sep_id
+        try:
+            return [table[p] for p in text.split()]
+        except KeyError as err:
+            raise ValueError(f"unknown symbol {err.args[0]!r}; known: {' '.join(table)}") from None
+
+
+def make_pairs(
+    task: str, n: int, length: tuple[int, int], n_symbols: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n random inputs x with |x| uniform in [length[0], length[1]] and their targets y.
+
+    Returns x (n, L) and y (n, L), right-padded with PAD, and the lengths (n,); |y| = |x|.
+    """
+    lo, hi = length
+    lengths = torch.randint(lo, hi + 1, (n,), generator=generator)
+    width = int(lengths.max())
+    x = torch.randint(NUM_SPECIAL, NUM_SPECIAL + n_symbols, (n, width), generator=generator)
+    pos = torch.arange(width)
+    pad = pos[None, :] >= lengths[:, None]  # (n, L)
+    x = x.masked_fill(pad, PAD_ID)
+    if task == "copy":
+        y = x.clone()
+    elif task == "reverse":
+        idx = (lengths[:, None] - 1 - pos[None, :]).clamp(min=0)
+        y = x.gather(1, idx).masked_fill(pad, PAD_ID)
+    elif task == "sort":
+        big = NUM_SPECIAL + n_symbols
+        y = x.masked_fill(pad, big).sort(dim=1).values.masked_fill(pad, PAD_ID)
+    else:
+        raise ValueError(
+            f"data.name={task!r} is not valid; expected one of: {', '.join(SYNTHETIC_TASKS)}"
+        )
+    return x, y, lengths
+
+
+def seq2seq_batch(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor) -> dict:
+    """src = x, tgt_in = [BOS] + y, tgt_out = y + [EOS] (all (B, L) or (B, L + 1), PAD-padded)."""
+    n = x.size(0)
+    bos = torch.full((n, 1), BOS_ID, dtype=torch.long)
+    pad = torch.full((n, 1), PAD_ID, dtype=torch.long)
+    tgt_out = torch.cat([y, pad], dim=1)
+    tgt_out[torch.arange(n), lengths] = EOS_ID
+    return {"src": x, "tgt_in": torch.cat([bos, y], dim=1), "tgt_out": tgt_out}
+
+
+def lm_batch(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor, sep_id: int) -> dict:
+    """[BOS] x [SEP] y [EOS] as tokens (B, T) / targets (B, T) shifted by one, loss on y + EOS."""
+    n = x.size(0)
+    seqs, targets, prompt_len = [], [], []
+    for i in range(n):
+        k = int(lengths[i])
+        prompt = [BOS_ID, *x[i, :k].tolist(), sep_id]
+        answer = [*y[i, :k].tolist(), EOS_ID]
+        seq = prompt + answer
+        seqs.append(seq[:-1])
+        targets.append([PAD_ID] * (len(prompt) - 1) + answer)
+        prompt_len.append(len(prompt))
+    width = max(len(s) for s in seqs)
+    tokens = torch.full((n, width), PAD_ID, dtype=torch.long)
+    target = torch.full((n, width), PAD_ID, dtype=torch.long)
+    for i, (s, t) in enumerate(zip(seqs, targets, strict=True)):
+        tokens[i, : len(s)] = torch.tensor(s)
+        target[i, : len(t)] = torch.tensor(t)
+    return {"tokens": tokens, "targets": target, "prompt_len": torch.tensor(prompt_len)}
+
+
+class SyntheticBatches(Dataset):
+    """A map-style dataset whose items are whole batches, each generated from its own seed."""
+
+    def __init__(self, dm: SyntheticDataModule, split: str, n_examples: int, length) -> None:
+        self.dm, self.split, self.length = dm, split, tuple(length)
+        self.n_examples = n_examples
+        self.n_global = -(-n_examples // dm.batch_size)  # batches over all ranks
+        self.rank, self.world_size = 0, 1
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n_global, self.world_size))
+
+    def __getitem__(self, i: int) -> dict:
+        g = i * self.world_size + self.rank
+        if not 0 <= g < self.n_global:
+            raise IndexError(i)
+        size = min(self.dm.batch_size, self.n_examples - g * self.dm.batch_size)
+        generator = torch.Generator().manual_seed(
+            hash((self.dm.seed, _SPLITS[self.split], g)) & (2**63 - 1)
+        )
+        return self.dm.make_batch(size, self.length, generator)
+
+
+class SyntheticDataModule(L.LightningDataModule):
+    """copy / reverse / sort over `n_symbols` symbols (ids NUM_SPECIAL upward).
+
+    `arch` (the model's) picks the batch format: "encoder_decoder" -> task "seq2seq",
+    "decoder_only" -> task "lm" (with one extra separator symbol in the vocabulary).
+    `train_size` is the number of (fresh) training examples per epoch.
+    """
+
+    def __init__(
+        self,
+        name: str = "reverse",
+        arch: str = "encoder_decoder",
+        n_symbols: int = 16,
+        train_len=(1, 12),
+        eval_len=(1, 12),
+        batch_size: int = 64,
+        train_size: int = 1_000_000,
+        val_size: int = 512,
+        test_size: int = 1024,
+        seed: int = 1,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if name not in SYNTHETIC_TASKS:
+            raise ValueError(
+                f"data.name={name!r} is not valid; expected one of: {', '.join(SYNTHETIC_TASKS)}"
+            )
+        if arch not in ("encoder_decoder", "decoder_only"):
+            raise ValueError(
+                f"data.arch={arch!r} is not valid; expected one of: encoder_decoder, decoder_only"
+            )
+        for key, value in (("train_len", train_len), ("eval_len", eval_len)):
+            value = list(value)
+            if len(value) != 2 or not 1 <= value[0] <= value[1]:
+                raise ValueError(
+                    f"data.{key}={value} is not valid; expected [min, max] with 1 <= min <= max"
+                )
+        for key, value, minimum in (
+            ("n_symbols", n_symbols, 2),
+            ("batch_size", batch_size, 1),
+            ("train_size", train_size, 1),
+            ("val_size", val_size, 1),
+            ("test_size", test_size, 1),
+            ("num_workers", num_workers, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(
+                    f"data.{key}={value!r} is not valid; expected an integer >= {minimum}"
+                )
+        self.name, self.arch, self.n_symbols = name, arch, n_symbols
+        self.train_len, self.eval_len = tuple(train_len), tuple(eval_len)
+        self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
+        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+
+        self.task = "seq2seq" if arch == "encoder_decoder" else "lm"
+        self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
+        self.sep_id = NUM_SPECIAL + n_symbols if self.task == "lm" else None
+        self.tokenizer = SymbolTokenizer(n_symbols, self.sep_id)
+        self.vocab_size = self.tokenizer.vocab_size
+        # Longest sequence the model sees: lm packs [BOS] x [SEP] y (2 * L + 1 tokens).
+        longest = max(self.train_len[1], self.eval_len[1])
+        self.max_seq_len = 2 * longest + 1 if self.task == "lm" else longest + 1
+        self.datasets: dict[str, SyntheticBatches] = {}
+
+    def make_batch(self, n: int, length, generator: torch.Generator) -> dict:
+        x, y, lengths = make_pairs(self.name, n, length, self.n_symbols, generator)
+        if self.task == "seq2seq":
+            return seq2seq_batch(x, y, lengths)
+        return lm_batch(x, y, lengths, self.sep_id)
+
+    def setup(self, stage: str | None = None) -> None:
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        for split in _SPLITS:
+            length = self.train_len if split == "train" else self.eval_len
+            ds = SyntheticBatches(self, split, self.sizes[split], length)
+            ds.rank, ds.world_size = rank, world
+            self.datasets[split] = ds
+
+    def _loader(self, split: str) -> DataLoader:
+        if not self.datasets:
+            self.setup()
+        return DataLoader(
+            self.datasets[split],
+            batch_size=None,  # items are already batches
+            shuffle=False,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")

@@ -1,0 +1,149 @@
+"""results.json, the machine-readable record of a run (format: docs/architecture.md), its run
+name, and the git commit it ran from."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.config import ABLATION_KEYS, to_plain
+
+STATUSES = ("running", "completed", "failed", "diverged", "interrupted")
+
+# Short names for the run name: model.pos_encoding=rope -> pe=rope.
+ALIASES = {
+    "model.pos_encoding": "pe",
+    "model.norm_position": "norm",
+    "model.n_heads": "h",
+    "model.d_k": "dk",
+    "scheduler.name": "sched",
+    "scheduler.warmup_steps": "wu",
+    "seed": "s",
+}
+# Overrides that do not change what is learned, left out of the run name.
+_NOT_IN_NAME = (
+    "trainer",
+    "logger",
+    "callbacks",
+    "paths",
+    "hydra",
+    "name",
+    "group",
+    "tags",
+    "run_name",
+)
+
+
+def git_commit(path: Path | str | None = None) -> str | None:
+    """HEAD of the git checkout holding `path` (default: this package), or None."""
+    where = Path(path) if path else Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _split_override(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+def run_name(overrides: list[str], default: str) -> str:
+    """'pe=rope-norm=pre-h=8-s=1' from the overrides that change what is learned, in their
+    order (a key given twice counts once, where it was last given), with the ALIASES (other
+    keys by their last part); `default` if there are none."""
+    parts: dict[str, str] = {}
+    for override in overrides:
+        key, value = _split_override(override)
+        if not value or key.split(".")[0].split("/")[0] in _NOT_IN_NAME:
+            continue
+        short = ALIASES.get(key, key.split(".")[-1])
+        parts.pop(key, None)
+        value = value.strip("'\"").replace("/", "_").replace(" ", "")
+        parts[key] = f"{short}={value}"
+    return "-".join(parts.values()) or default
+
+
+def ablation_config(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
+    """The ablation keys and every overridden key, dotted, with their resolved values; a group
+    choice (data=copy) is recorded as the choice."""
+    config = {key: _plain(OmegaConf.select(cfg, key, default=None)) for key in ABLATION_KEYS}
+    for override in overrides:
+        key, value = _split_override(override)
+        if not key or key.startswith("hydra") or key in config:
+            continue
+        node = OmegaConf.select(cfg, key.replace("/", "."), default=None)
+        config[key] = value if OmegaConf.is_dict(node) or node is None else _plain(node)
+    return config
+
+
+def _plain(value: Any) -> Any:
+    if OmegaConf.is_config(value):
+        return to_plain(value)
+    return value.value if isinstance(value, Enum) else value
+
+
+def _json_number(value: Any) -> Any:
+    """Tensors to floats; NaN / inf to None (JSON has no such numbers)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunRecord:
+    """Writes <run_dir>/results.json; every `write` replaces the file atomically."""
+
+    def __init__(
+        self,
+        run_dir: Path | str,
+        *,
+        name: str,
+        seed: int,
+        overrides: list[str],
+        config: dict[str, Any],
+    ) -> None:
+        self.path = Path(run_dir) / "results.json"
+        self.data: dict[str, Any] = {
+            "status": "running",
+            "metrics": {},
+            "overrides": list(overrides),
+            "config": config,
+            "steps": 0,
+            "wall_time_s": 0.0,
+            "seed": seed,
+            "git_commit": git_commit(),
+            "wandb_run_id": None,
+            "run_dir": str(Path(run_dir).resolve()),
+            "name": name,
+            "error": None,
+        }
+
+    def write(self, status: str | None = None, **fields: Any) -> dict[str, Any]:
+        if status is not None:
+            if status not in STATUSES:
+                raise ValueError(f"status={status!r}; expected one of: {', '.join(STATUSES)}")
+            self.data["status"] = status
+        if "metrics" in fields:
+            fields["metrics"] = {k: _json_number(v) for k, v in sorted(fields["metrics"].items())}
+        self.data.update(fields)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2) + "\n")
+        os.replace(tmp, self.path)
+        return self.data

@@ -1,0 +1,34 @@
+"""Per-batch metric values; torchmetrics objects in the LightningModule accumulate them."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def token_accuracy(logits: Tensor, targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
+    """(correct, total) over non-PAD targets: argmax of logits (B, T, V) == targets (B, T)."""
+    mask = targets != pad_id
+    correct = ((logits.argmax(-1) == targets) & mask).sum()
+    return correct, mask.sum()
+
+
+def truncate_after_eos(seqs: Tensor, eos_id: int, pad_id: int) -> Tensor:
+    """Set everything after the first EOS of each row of seqs (B, L) to PAD (EOS kept)."""
+    is_eos = (seqs == eos_id).long()
+    after = (is_eos.cumsum(dim=1) - is_eos) > 0  # strictly after the first EOS
+    return seqs.masked_fill(after, pad_id)
+
+
+def exact_match(pred: Tensor, target: Tensor, eos_id: int, pad_id: int) -> Tensor:
+    """(B,) bool: the prediction (B, L) equals the target (B, T) up to and including EOS.
+
+    Both are cut after their first EOS and right-padded to a common width, so a prediction
+    that runs past the target's EOS, or stops early, does not match.
+    """
+    pred = truncate_after_eos(pred, eos_id, pad_id)
+    target = truncate_after_eos(target, eos_id, pad_id)
+    width = max(pred.size(1), target.size(1))
+    pred = torch.nn.functional.pad(pred, (0, width - pred.size(1)), value=pad_id)
+    target = torch.nn.functional.pad(target, (0, width - target.size(1)), value=pad_id)
+    return (pred == target).all(dim=1)

@@ -1,0 +1,105 @@
+"""Bad values end in one line on stderr naming the key (and the valid choices), exit code 2,
+and no traceback: checked in-process through `preflight`, and end to end for two commands."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli_errors import describe, preflight
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+BAD = [
+    (
+        "model.pos_encoding=foo",
+        "model.pos_encoding='foo' is not valid; "
+        "expected one of: sinusoidal, learned, rope, alibi, none",
+    ),
+    (
+        "model.norm_position=middle",
+        "model.norm_position='middle' is not valid; expected one of: pre, post",
+    ),
+    ("model.n_heads=3", "model.n_heads=3"),
+    (
+        "scheduler.name=nope",
+        "scheduler.name='nope' is not valid; expected one of: noam, inverse_sqrt, cosine, constant",
+    ),
+    ("data=nope", "data='nope' is not valid; expected one of: copy, reverse, sort"),
+    ("model.dropout=-0.1", "model.dropout=-0.1 is not valid; expected a number in [0, 1)"),
+    ("trainer.max_steps=abc", "trainer.max_steps='abc' is not valid; expected an integer"),
+    ("model.d_model=abc", "model.d_model='abc' is not valid; expected an integer"),
+    ("model.fooo=1", "model.fooo is not a key of model; expected one of: name, arch, d_model"),
+    ("data.train_len=[5,2]", "data.train_len=[5, 2] is not valid"),
+]
+
+
+def _preflight_error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        preflight(argv, CONF_DIR)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("attnlab-train: error: ")
+    return err.strip()
+
+
+@pytest.mark.parametrize(("override", "message"), BAD, ids=[b[0] for b in BAD])
+def test_bad_value_is_one_line_naming_the_key(capsys, override, message):
+    assert message in _preflight_error(capsys, [override])
+
+
+def test_each_point_of_a_sweep_is_checked(capsys):
+    err = _preflight_error(capsys, ["-m", "model.n_heads=2,3"])
+    assert "model.n_heads=3" in err
+    preflight(["-m", "model.n_heads=2,4", "seed=1,2"], CONF_DIR)  # every point is fine
+
+
+def test_good_commands_and_info_flags_pass(capsys):
+    preflight([], CONF_DIR)
+    preflight(["model.pos_encoding=rope", "model.norm_position=post", "model.n_heads=2"], CONF_DIR)
+    for flags in (["--help"], ["--cfg", "job", "model.pos_encoding=foo"], ["--info"]):
+        preflight(flags, CONF_DIR)  # left to Hydra
+    assert capsys.readouterr().err == ""
+
+
+def test_describe_collapses_unknown_errors_to_one_line():
+    assert describe(ValueError("first\n  second")) == "first; second"
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    return subprocess.run(
+        [sys.executable, "-m", "attnlab.train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["model.pos_encoding=foo"], "model.pos_encoding='foo'"),
+        (["-m", "model.dropout=0.1,-0.5"], "model.dropout=-0.5"),
+    ],
+)
+def test_command_line_exits_2_without_traceback(tmp_path, args, key):
+    proc = _cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"attnlab-train: error: {key}")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+
+
+def test_help_lists_the_config_groups_and_options(tmp_path):
+    proc = _cli("--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "model: lm_small, small, transformer_base, transformer_big" in proc.stdout
+    assert "scheduler: constant, cosine, inverse_sqrt, noam" in proc.stdout
+    for group in ("data:", "optim:", "trainer:", "logger:", "callbacks:", "experiment:"):
+        assert f"\n{group} " in proc.stdout, group

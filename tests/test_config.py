@@ -1,0 +1,232 @@
+"""The Hydra config: every group option composes and instantiates; types and choices are
+checked; run names and records come out of the overrides."""
+
+import inspect
+from dataclasses import fields
+from pathlib import Path
+
+import lightning as L
+import pytest
+from hydra.errors import ConfigCompositionException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from attnlab.config import (
+    ABLATION_KEYS,
+    ModelConfig,
+    flatten,
+    to_plain,
+    transformer_config,
+    validate_config,
+)
+from attnlab.data.synthetic import SYNTHETIC_TASKS
+from attnlab.model import Transformer, TransformerConfig
+from attnlab.run_record import ablation_config, run_name
+from attnlab.train import build_loggers
+from attnlab.training.schedules import build_schedule
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def test_groups_have_the_required_options():
+    assert {"small", "lm_small", "transformer_base", "transformer_big"} <= set(_options("model"))
+    assert {"copy", "reverse", "sort"} <= set(_options("data"))
+    assert {"cpu", "gpu", "ddp"} <= set(_options("trainer"))
+    assert {"wandb", "csv", "none"} <= set(_options("logger"))
+    assert {"noam", "inverse_sqrt", "cosine", "constant"} <= set(_options("scheduler"))
+    for group in ("optim", "callbacks", "experiment"):
+        assert _options(group)
+
+
+def test_defaults_compose_to_the_small_reverse_run(compose):
+    cfg = compose()
+    assert cfg.model.name == "small" and cfg.data.name == "reverse"
+    assert cfg.trainer.accelerator == "cpu" and cfg.logger.wandb is not None
+    assert cfg.name == "default" and cfg.run_name is None and cfg.group is None
+    for key in ABLATION_KEYS:
+        assert OmegaConf.select(cfg, key, throw_on_missing=True) is not None or key.endswith("d_k")
+
+
+@pytest.mark.parametrize("option", _options("model"))
+def test_every_model_option_builds(compose, option):
+    cfg = compose([f"model={option}"])
+    validate_config(cfg)
+    tc = transformer_config(cfg.model, vocab_size=100, pad_id=0)
+    assert tc.arch == ("decoder_only" if option.startswith("lm") else "encoder_decoder")
+    if tc.d_model <= 512:  # the big model (213M parameters) is only validated
+        assert Transformer(tc).num_parameters() > 0
+
+
+def test_paper_table_3_values(compose):
+    base = compose(["model=transformer_base"]).model
+    big = compose(["model=transformer_big"]).model
+    assert (base.n_encoder_layers, base.d_model, base.d_ff, base.n_heads, base.dropout) == (
+        6,
+        512,
+        2048,
+        8,
+        0.1,
+    )
+    assert (big.d_model, big.d_ff, big.n_heads, big.dropout) == (1024, 4096, 16, 0.3)
+    paper = compose(["experiment=paper_base"])
+    assert paper.scheduler.warmup_steps == 4000 and paper.loss.label_smoothing == 0.1
+    assert list(paper.optim.betas) == [0.9, 0.98] and paper.optim.eps == 1e-9
+
+
+def test_model_schema_defaults_are_transformer_config_defaults():
+    defaults = TransformerConfig()
+    for f in fields(ModelConfig):
+        if f.name != "name":
+            assert str(
+                getattr(ModelConfig, f.name, f.default).value
+                if hasattr(f.default, "value")
+                else f.default
+            ) == str(getattr(defaults, f.name)), f.name
+
+
+@pytest.mark.parametrize("option", _options("data"))
+def test_every_data_option_instantiates(compose, option):
+    dm = instantiate(to_plain(compose([f"data={option}"]).data))
+    assert isinstance(dm, L.LightningDataModule)
+    assert dm.task in ("seq2seq", "lm") and (dm.pad_id, dm.bos_id, dm.eos_id) == (0, 2, 3)
+
+
+@pytest.mark.parametrize("task", SYNTHETIC_TASKS)
+@pytest.mark.parametrize("model", ["small", "lm_small"])
+def test_synthetic_data_follows_the_model_arch(compose, task, model):
+    dm = instantiate(to_plain(compose([f"data={task}", f"model={model}"]).data))
+    dm.setup()
+    assert dm.task == ("seq2seq" if model == "small" else "lm")
+    assert dm.vocab_size > dm.eos_id and dm.tokenizer.decode([4, 5]) == "a b"
+    batch = next(iter(dm.train_dataloader()))
+    expected = {"src", "tgt_in", "tgt_out"} if dm.task == "seq2seq" else {"tokens", "targets"}
+    assert expected <= set(batch)
+
+
+@pytest.mark.parametrize("option", _options("scheduler"))
+def test_every_scheduler_option_builds(compose, option):
+    cfg = compose([f"scheduler={option}"])
+    s = to_plain(cfg.scheduler)
+    schedule = build_schedule(
+        s["name"],
+        lr=cfg.optim.lr,
+        d_model=cfg.model.d_model,
+        warmup_steps=s["warmup_steps"],
+        max_steps=s["max_steps"] or cfg.trainer.max_steps,
+        min_lr=s["min_lr"],
+        scale=s["scale"],
+    )
+    assert 0 < schedule(100) < 1
+
+
+@pytest.mark.parametrize("option", _options("optim"))
+def test_every_optim_option_is_adam_with_paper_betas(compose, option):
+    optim = to_plain(compose([f"optim={option}"]).optim)
+    assert optim["name"] in ("adam", "adamw") and optim["betas"] == [0.9, 0.98]
+
+
+@pytest.mark.parametrize("option", _options("trainer"))
+def test_every_trainer_option_is_trainer_kwargs(compose, option):
+    kwargs = to_plain(compose([f"trainer={option}"]).trainer)
+    assert set(kwargs) <= set(inspect.signature(L.Trainer.__init__).parameters)
+    if option == "cpu":
+        trainer = L.Trainer(**kwargs, logger=False, use_distributed_sampler=False)
+        assert trainer.max_steps == 1000
+    if option == "ddp":
+        assert kwargs["strategy"] == "ddp" and kwargs["devices"] == 2
+
+
+@pytest.mark.parametrize("option", _options("logger"))
+def test_every_logger_option_builds(compose, option, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    cfg = compose([f"logger={option}"])
+    names = [type(lg).__name__ for lg in build_loggers(cfg, tmp_path, "run")]
+    assert names[0] == "CSVLogger"  # metrics.csv, always
+    assert ("WandbLogger" in names) == (option == "wandb")
+
+
+@pytest.mark.parametrize("option", _options("callbacks"))
+def test_every_callbacks_option_instantiates(compose, option, tmp_path):
+    cfg = compose([f"callbacks={option}", f"paths.run_dir={tmp_path}"])
+    callbacks = [instantiate(c) for c in to_plain(cfg.callbacks).values()]
+    assert all(isinstance(c, L.Callback) for c in callbacks)
+    if option != "none":
+        assert any(type(c).__name__ == "ModelCheckpoint" for c in callbacks)
+
+
+@pytest.mark.parametrize("option", _options("experiment"))
+def test_every_experiment_composes_and_validates(compose, option):
+    cfg = compose([f"experiment={option}"])
+    validate_config(cfg)
+    assert cfg.name == option  # presets name their runs
+
+
+def test_choices_are_checked_when_composing(compose):
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(["model.pos_encoding=foo"])
+    assert "sinusoidal, learned, rope, alibi, none" in str(info.value.__cause__)
+    with pytest.raises(ConfigCompositionException):
+        compose(["scheduler.name=nope"])
+    with pytest.raises(ConfigCompositionException):
+        compose(["trainer.max_steps=many"])
+
+
+def test_validate_config_names_model_keys(compose):
+    with pytest.raises(ValueError, match=r"model\.d_model=64 is not divisible by model\.n_heads=3"):
+        validate_config(compose(["model.n_heads=3"]))
+    with pytest.raises(ValueError, match=r"model\.dropout=-0\.1"):
+        validate_config(compose(["model.dropout=-0.1"]))
+    with pytest.raises(ValueError, match=r"data\.train_len"):
+        validate_config(compose(["data.train_len=[4,2]"]))
+    with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(13\)"):
+        validate_config(compose(["model.pos_encoding=learned", "model.max_len=10"]))
+    with pytest.raises(ValueError, match=r"model\.foo is not a model option"):
+        validate_config(compose(["+model.foo=1"]))
+    validate_config(compose(["model.n_heads=3", "model.d_k=32"]))  # an explicit d_k decouples
+
+
+def test_flatten_gives_dotted_keys():
+    assert flatten({"model": {"n_heads": 2, "d_k": None}, "seed": 1, "tags": ["a"]}) == {
+        "model.n_heads": 2,
+        "model.d_k": None,
+        "seed": 1,
+        "tags": ["a"],
+    }
+
+
+def test_run_name_uses_aliases_and_skips_plumbing():
+    overrides = [
+        "model.pos_encoding=rope",
+        "model.norm_position=pre",
+        "model.n_heads=8",
+        "trainer.max_steps=10",
+        "logger=none",
+        "seed=1",
+        "data=copy",
+        "model.d_model=256",
+        "scheduler.warmup_steps=0",
+    ]
+    assert run_name(overrides, "default") == "pe=rope-norm=pre-h=8-s=1-data=copy-d_model=256-wu=0"
+    assert run_name(["trainer.max_steps=5"], "default") == "default"
+    assert run_name(["seed=1", "model.n_heads=2", "seed=3"], "x") == "h=2-s=3"  # last one wins
+
+
+def test_ablation_config_records_keys_and_overrides(compose):
+    overrides = ["model.pos_encoding=rope", "data=copy", "trainer.max_steps=7"]
+    config = ablation_config(compose(overrides), overrides)
+    assert config["model.pos_encoding"] == "rope" and config["model.d_k"] is None
+    assert config["data"] == "copy" and config["trainer.max_steps"] == 7
+    assert set(ABLATION_KEYS) <= set(config)
+
+
+def test_conf_dir_is_the_repository_conf_or_the_environment(monkeypatch, tmp_path):
+    from attnlab.train import conf_dir
+
+    monkeypatch.delenv("ATTNLAB_CONF_DIR", raising=False)
+    assert conf_dir() == CONF_DIR
+    monkeypatch.setenv("ATTNLAB_CONF_DIR", str(tmp_path))
+    assert conf_dir() == tmp_path

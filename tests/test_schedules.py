@@ -1,0 +1,99 @@
+"""The learning-rate schedules against their formulas, and their use through LambdaLR."""
+
+import math
+
+import pytest
+import torch
+
+from attnlab.training.schedules import (
+    SCHEDULERS,
+    build_schedule,
+    constant,
+    cosine,
+    inverse_sqrt,
+    lr_lambda,
+    noam,
+)
+
+
+def test_noam_peak_of_the_base_model_is_7e_4():
+    # Sec. 5.3 with d_model=512, warmup_steps=4000: the peak at step 4000 is (512*4000)^-0.5.
+    peak = noam(4000, d_model=512, warmup_steps=4000)
+    assert peak == pytest.approx(6.988e-4, rel=1e-3)
+    assert noam(3999, 512, 4000) < peak and noam(4001, 512, 4000) < peak
+
+
+@pytest.mark.parametrize("step", [1, 10, 399, 400, 401, 1000, 10_000])
+def test_noam_formula(step):
+    d_model, warmup, scale = 128, 400, 2.0
+    expected = scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    assert noam(step, d_model, warmup, scale) == pytest.approx(expected)
+    # warmup: linear in the step; after: inverse square root
+    if step <= warmup:
+        assert noam(step, d_model, warmup, scale) == pytest.approx(
+            scale * d_model**-0.5 * step * warmup**-1.5
+        )
+
+
+def test_noam_without_warmup_decays_from_the_first_step():
+    assert noam(1, 512, 0) == pytest.approx(512**-0.5)
+    assert noam(100, 512, 0) == pytest.approx(512**-0.5 * 100**-0.5)
+
+
+def test_inverse_sqrt_warms_up_linearly_then_decays():
+    peak, warmup = 1e-3, 100
+    assert inverse_sqrt(1, peak, warmup) == pytest.approx(peak / 100)
+    assert inverse_sqrt(50, peak, warmup) == pytest.approx(peak / 2)
+    assert inverse_sqrt(100, peak, warmup) == pytest.approx(peak)
+    assert inverse_sqrt(400, peak, warmup) == pytest.approx(peak * 0.5)
+    # warmup_steps=0: the peak at step 1, then peak * step^-0.5
+    assert inverse_sqrt(1, peak, 0) == pytest.approx(peak)
+    assert inverse_sqrt(16, peak, 0) == pytest.approx(peak / 4)
+
+
+def test_cosine_warmup_half_way_and_end():
+    peak, warmup, max_steps, min_lr = 1e-3, 10, 110, 1e-5
+    assert cosine(5, peak, warmup, max_steps, min_lr) == pytest.approx(peak / 2)
+    assert cosine(10, peak, warmup, max_steps, min_lr) == pytest.approx(peak)
+    assert cosine(60, peak, warmup, max_steps, min_lr) == pytest.approx((peak + min_lr) / 2)
+    assert cosine(110, peak, warmup, max_steps, min_lr) == pytest.approx(min_lr)
+    assert cosine(500, peak, warmup, max_steps, min_lr) == pytest.approx(min_lr)
+    # no warmup: the peak at step 0 of the decay
+    assert cosine(1, peak, 0, 100) == pytest.approx(peak * 0.5 * (1 + math.cos(math.pi / 100)))
+
+
+def test_constant_with_and_without_warmup():
+    assert constant(1, 1e-3, 0) == 1e-3
+    assert constant(1000, 1e-3, 0) == 1e-3
+    assert constant(5, 1e-3, 10) == pytest.approx(5e-4)
+    assert constant(20, 1e-3, 10) == 1e-3
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_every_schedule_accepts_warmup_zero(name):
+    schedule = build_schedule(name, lr=1e-3, d_model=64, warmup_steps=0, max_steps=100)
+    values = [schedule(s) for s in (1, 2, 50, 100)]
+    assert all(math.isfinite(v) and v > 0 for v in values[:-1])
+    assert values[0] >= values[1]  # no warmup: the first step is the largest (or equal)
+
+
+def test_lambda_lr_applies_the_schedule_every_optimizer_step():
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([param], lr=1.0)
+    schedule = build_schedule("noam", lr=0.0, d_model=64, warmup_steps=5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule))
+    seen = []
+    for _ in range(8):
+        seen.append(optimizer.param_groups[0]["lr"])  # the lr of this optimizer step
+        optimizer.step()
+        scheduler.step()
+    assert seen == pytest.approx([noam(s, 64, 5) for s in range(1, 9)])
+
+
+def test_bad_scheduler_arguments_name_the_key():
+    with pytest.raises(ValueError, match=r"scheduler.name='nope'.*noam, inverse_sqrt"):
+        build_schedule("nope", lr=1e-3, d_model=64, warmup_steps=0)
+    with pytest.raises(ValueError, match=r"scheduler.warmup_steps=-1"):
+        build_schedule("noam", lr=1e-3, d_model=64, warmup_steps=-1)
+    with pytest.raises(ValueError, match=r"max_steps"):
+        build_schedule("cosine", lr=1e-3, d_model=64, warmup_steps=0, max_steps=None)

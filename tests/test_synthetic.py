@@ -1,0 +1,114 @@
+"""Synthetic copy / reverse / sort data: determinism, correctness, formats, sharding."""
+
+import pytest
+import torch
+
+from attnlab.data.synthetic import SyntheticDataModule
+from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
+
+
+def _dm(**kwargs) -> SyntheticDataModule:
+    dm = SyntheticDataModule(**kwargs)
+    dm.setup()
+    return dm
+
+
+def _rows(batch):
+    """(x, y) lists per example of a seq2seq batch, y without EOS."""
+    for src, tgt_in, tgt_out in zip(batch["src"], batch["tgt_in"], batch["tgt_out"], strict=True):
+        x = src[src != PAD_ID].tolist()
+        y = tgt_out[tgt_out != PAD_ID].tolist()
+        assert y[-1] == EOS_ID and tgt_in[0] == BOS_ID
+        assert tgt_in[1 : len(y)].tolist() == y[:-1]  # tgt_in = [BOS] + y
+        yield x, y[:-1]
+
+
+@pytest.mark.parametrize(
+    ("name", "fn"),
+    [("copy", lambda x: x), ("reverse", lambda x: x[::-1]), ("sort", sorted)],
+)
+def test_targets_are_the_task_of_the_source(name, fn):
+    dm = _dm(name=name, batch_size=32)
+    for x, y in _rows(dm.datasets["train"][0]):
+        assert y == fn(x)
+        assert all(NUM_SPECIAL <= t < NUM_SPECIAL + dm.n_symbols for t in x)
+
+
+def test_same_seed_same_batches_other_seed_other_batches():
+    a, b, c = _dm(seed=3), _dm(seed=3), _dm(seed=4)
+    for split in ("train", "val", "test"):
+        assert torch.equal(a.datasets[split][1]["src"], b.datasets[split][1]["src"])
+        assert not torch.equal(a.datasets[split][1]["src"], c.datasets[split][1]["src"])
+    assert not torch.equal(a.datasets["train"][0]["src"], a.datasets["train"][1]["src"])
+
+
+def test_train_and_eval_lengths_follow_their_ranges():
+    dm = _dm(train_len=[2, 4], eval_len=[9, 11], batch_size=64)
+    train_lengths = (dm.datasets["train"][0]["src"] != PAD_ID).sum(1)
+    val_lengths = (dm.datasets["val"][0]["src"] != PAD_ID).sum(1)
+    assert train_lengths.min() >= 2 and train_lengths.max() <= 4
+    assert val_lengths.min() >= 9 and val_lengths.max() <= 11  # longer than training
+    assert dm.max_seq_len == 12
+
+
+def test_eval_sets_have_the_configured_size():
+    dm = _dm(batch_size=10, val_size=25, test_size=40)
+    assert sum(b["src"].size(0) for b in dm.val_dataloader()) == 25
+    assert sum(b["src"].size(0) for b in dm.test_dataloader()) == 40
+
+
+def test_lm_format_packs_prompt_and_answer():
+    dm = _dm(name="reverse", arch="decoder_only", batch_size=8)
+    assert dm.task == "lm" and dm.vocab_size == NUM_SPECIAL + 16 + 1
+    batch = dm.datasets["val"][0]
+    assert set(batch) == {"tokens", "targets", "prompt_len"}
+    for tokens, targets, p in zip(
+        batch["tokens"], batch["targets"], batch["prompt_len"], strict=True
+    ):
+        p = int(p)
+        assert tokens[0] == BOS_ID and tokens[p - 1] == dm.sep_id
+        x = tokens[1 : p - 1].tolist()
+        assert (targets[: p - 1] == PAD_ID).all()  # no loss on the prompt
+        answer = targets[p - 1 :]
+        answer = answer[answer != PAD_ID].tolist()
+        assert answer == x[::-1] + [EOS_ID]
+        # targets are the tokens shifted by one where they are defined
+        n = len(x) * 2 + 1
+        assert tokens[p:n].tolist() == targets[p - 1 : n - 1].tolist()
+
+
+def test_ranks_take_disjoint_shares_of_the_batches():
+    full = _dm(val_size=64, batch_size=8)
+    shards = []
+    for rank in (0, 1):
+        dm = _dm(val_size=64, batch_size=8)
+        dm.datasets["val"].rank, dm.datasets["val"].world_size = rank, 2
+        shards.append([b["src"] for b in dm.val_dataloader()])
+    assert len(shards[0]) == len(shards[1]) == 4
+    interleaved = [b for pair in zip(*shards, strict=True) for b in pair]
+    whole = [b["src"] for b in full.val_dataloader()]
+    assert len(interleaved) == len(whole) == 8
+    assert all(torch.equal(a, b) for a, b in zip(interleaved, whole, strict=True))
+    assert not torch.equal(shards[0][0], shards[1][0])
+
+
+def test_tokenizer_decodes_symbols():
+    dm = _dm()
+    ids = [NUM_SPECIAL, NUM_SPECIAL + 2, NUM_SPECIAL + 1, EOS_ID, NUM_SPECIAL]
+    assert dm.tokenizer.decode(ids) == "a c b"
+    assert dm.tokenizer.encode("a c b") == ids[:3]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"name": "shuffle"}, "data.name"),
+        ({"train_len": [5, 2]}, "data.train_len"),
+        ({"eval_len": [0, 3]}, "data.eval_len"),
+        ({"n_symbols": 1}, "data.n_symbols"),
+        ({"batch_size": 0}, "data.batch_size"),
+    ],
+)
+def test_bad_arguments_name_the_key(kwargs, key):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        SyntheticDataModule(**kwargs)

@@ -1,0 +1,220 @@
+"""Training runs, in-process (train(cfg)) and through the attnlab-train command: the run
+directory, results.json, metrics, W&B offline files, failures and multirun."""
+
+import csv
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnlab.train import train
+
+METRICS = ("loss", "nll", "perplexity", "token_acc", "exact_match")
+
+
+def _run(compose, tiny_run, tmp_path, *overrides: str) -> tuple[dict, Path]:
+    run_dir = tmp_path / "run"
+    ovs = [*tiny_run, "logger=none", f"paths.run_dir={run_dir}", *overrides]
+    results = train(compose(ovs), ovs)
+    return results, run_dir
+
+
+@pytest.mark.parametrize(
+    ("data", "model"),
+    [("copy", "small"), ("reverse", "small"), ("sort", "small"), ("reverse", "lm_small")],
+)
+def test_short_run_writes_the_run_directory(compose, tiny_run, tmp_path, data, model):
+    results, run_dir = _run(
+        compose, tiny_run, tmp_path, f"data={data}", f"model={model}", "model.n_decoder_layers=1"
+    )
+    on_disk = json.loads((run_dir / "results.json").read_text())
+    assert on_disk == results
+    assert results["status"] == "completed" and results["error"] is None
+    assert results["steps"] == 4 and results["wall_time_s"] > 0 and results["seed"] == 1
+    metrics = results["metrics"]
+    for split in ("val", "test"):
+        for name in METRICS:
+            assert 0 <= metrics[f"{split}/{name}"] < math.inf, f"{split}/{name}"
+    for name in ("loss", "grad_norm", "tokens_per_sec", "token_acc", "perplexity"):
+        assert metrics[f"train/{name}"] > 0, name
+    assert metrics["train/lr"] >= 0  # the cosine schedule ends at 0
+    assert metrics["val/loss_best"] <= metrics["val/loss"]
+    assert metrics["val/exact_match_best"] >= metrics["val/exact_match"]
+    assert results["config"]["model.n_heads"] == 2 and results["config"]["data"] == data
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["data"]["name"] == data
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {"train/loss", "train/lr", "val/loss", "val/exact_match", "test/exact_match"} <= set(
+        rows[0]
+    )
+    assert max(float(r["train/lr"]) for r in rows if r["train/lr"]) > 0
+
+
+def test_training_lowers_the_loss(compose, tiny_run, tmp_path):
+    results, run_dir = _run(
+        compose,
+        tiny_run,
+        tmp_path,
+        "data=copy",
+        "trainer.max_steps=60",
+        "trainer.val_check_interval=30",
+        "optim.lr=3e-3",
+        "scheduler.name=inverse_sqrt",
+        "scheduler.warmup_steps=10",
+        "callbacks=none",
+    )
+    with open(run_dir / "metrics.csv") as f:
+        losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+    assert len(losses) == 60
+    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10
+    assert not (run_dir / "checkpoints").exists()  # callbacks=none: no checkpoints
+
+
+def test_failure_is_recorded_and_raised(compose, tiny_run, tmp_path, monkeypatch):
+    from attnlab.training.module import TransformerModule
+
+    def boom(self, batch, batch_idx):
+        raise RuntimeError("boom at step 0")
+
+    monkeypatch.setattr(TransformerModule, "training_step", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        _run(compose, tiny_run, tmp_path)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "failed" and "boom at step 0" in results["error"]
+
+
+def test_non_finite_loss_ends_the_run_as_diverged(compose, tiny_run, tmp_path, monkeypatch):
+    import attnlab.training.module as module
+
+    def nan_loss(logits, targets, label_smoothing, pad_id):
+        nan = logits.sum() * float("nan")
+        return nan, nan, (targets != pad_id).sum()
+
+    monkeypatch.setattr(module, "label_smoothed_nll", nan_loss)
+    results, run_dir = _run(compose, tiny_run, tmp_path)
+    assert results["status"] == "diverged" and results["steps"] <= 1  # stopped at once
+    assert json.loads((run_dir / "results.json").read_text())["status"] == "diverged"
+
+
+def _wandb_config(run_file: Path) -> dict:
+    """The config W&B recorded in an offline run file (a LevelDB-style log of protobufs)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B"
+    config, pos, block, payload = {}, 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if left < 7 or (length == 0 and kind == 0):  # block trailer
+            pos += left
+            continue
+        payload += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST fragment
+            record = pb.Record()
+            record.ParseFromString(payload)
+            payload = b""
+            kind_name = record.WhichOneof("record_type")
+            items = {"config": record.config.update, "run": record.run.config.update}
+            for item in items.get(kind_name, []):
+                config[item.key] = json.loads(item.value_json)
+            if kind_name == "run":
+                config["_run_name"] = record.run.display_name
+                config["_run_group"] = record.run.run_group
+    return config
+
+
+ABLATION = [
+    "model.pos_encoding=rope",
+    "model.norm_position=post",
+    "model.n_heads=2",
+    "scheduler.name=noam",
+    "scheduler.warmup_steps=200",
+]
+EXPECTED = {
+    "model.pos_encoding": "rope",
+    "model.norm_position": "post",
+    "model.n_heads": 2,
+    "scheduler.name": "noam",
+    "scheduler.warmup_steps": 200,
+}
+
+
+def test_ablation_keys_reach_config_results_and_wandb(compose, tiny_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    run_dir = tmp_path / "run"
+    ovs = [*tiny_run, "logger=wandb", f"paths.run_dir={run_dir}", *ABLATION, "callbacks=none"]
+    results = train(compose(ovs), ovs)
+
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    recorded = json.loads((run_dir / "results.json").read_text())
+    run_files = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(run_files) == 1
+    wandb_config = _wandb_config(run_files[0])
+    for key, value in EXPECTED.items():
+        group, field = key.split(".")
+        assert saved[group][field] == value, key
+        assert recorded["config"][key] == value, key
+        assert wandb_config[key] == value, key
+    assert recorded["overrides"] == ovs and recorded["wandb_run_id"] == results["wandb_run_id"]
+    assert recorded["wandb_run_id"] in run_files[0].name
+    assert wandb_config["_run_name"].endswith("-pe=rope-norm=post-h=2-sched=noam-wu=200")
+
+
+def test_multirun_from_the_command_line_writes_one_record_per_job(tiny_run, tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnlab.train",
+        "-m",
+        "seed=1,2",
+        *tiny_run,
+        "logger=wandb",
+        "callbacks=none",
+        "name=mr",
+        f"paths.multirun_root={tmp_path / 'multirun'}",
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = sorted((tmp_path / "multirun" / "mr").glob("*/*/*/results.json"))
+    assert [r.parent.name for r in records] == ["0", "1"]
+    groups = set()
+    for job, path in enumerate(records, start=1):
+        results = json.loads(path.read_text())
+        assert results["status"] == "completed" and results["seed"] == job
+        assert f"seed={job}" in results["overrides"] and results["config"]["seed"] == job
+        assert (path.parent / "metrics.csv").exists() and (path.parent / "config.yaml").exists()
+        (run_file,) = path.parent.glob("wandb/offline-run-*/run-*.wandb")
+        wandb_config = _wandb_config(run_file)
+        assert wandb_config["seed"] == job and f"s={job}" in wandb_config["_run_name"].split("-")
+        groups.add(wandb_config["_run_group"])
+    assert len(groups) == 1 and groups.pop().startswith("mr-")  # one W&B group per sweep
+
+
+@pytest.mark.slow
+def test_default_run_learns_reverse(tmp_path):
+    """`attnlab-train` with no arguments (W&B off): test exact match >= 0.95."""
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.train", "paths.root=runs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = (tmp_path / "runs" / "default").glob("*/*/results.json")
+    results = json.loads(record.read_text())
+    assert results["status"] == "completed"
+    assert results["metrics"]["test/exact_match"] >= 0.95
