@@ -70,15 +70,17 @@ def test_ranks_get_disjoint_batches_of_equal_count(lengths, drop_last):
     n = len(TokenBatchSampler(src, tgt, max_tokens=MAX_TOKENS, seed=2))
     R = 3
     assert n % R == 2, "the fixture should leave a remainder to drop or pad"
+    # max_tokens is the global budget: R ranks at R * MAX_TOKENS cut MAX_TOKENS-token batches
     ranks = [
         TokenBatchSampler(
-            src, tgt, max_tokens=MAX_TOKENS, seed=2, num_replicas=R, rank=r, drop_last=drop_last
+            src, tgt, R * MAX_TOKENS, seed=2, num_replicas=R, rank=r, drop_last=drop_last
         )
         for r in range(R)
     ]
     for r in ranks:
         r.set_epoch(7)
     per_rank = [list(r) for r in ranks]
+    assert all(_cost(b, src, tgt) <= MAX_TOKENS for batches in per_rank for b in batches)
     assert {len(b) for b in per_rank} == {len(r) for r in ranks} == {-(-n // R) - drop_last}
     seen = [{i for b in batches for i in b} for batches in per_rank]
     if drop_last:
@@ -97,6 +99,21 @@ def test_eval_ranks_cover_every_example_once(lengths):
     ]
     assert sorted(i for p in parts for b in p for i in b) == list(range(len(src)))
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_max_tokens_is_the_global_budget(lengths):
+    src, tgt = lengths
+    one = TokenBatchSampler(src, tgt, max_tokens=MAX_TOKENS, seed=1)
+    two = [TokenBatchSampler(src, tgt, MAX_TOKENS, seed=1, num_replicas=2, rank=r) for r in (0, 1)]
+    assert two[0].rank_max_tokens == MAX_TOKENS // 2
+    steps = list(zip(*(list(t) for t in two), strict=True))
+    # one step of two ranks holds about as many tokens as one single-process batch
+    per_step = np.mean([sum(_cost(b, src, tgt) for b in step) for step in steps])
+    single = np.mean([_cost(b, src, tgt) for b in one])
+    assert 0.8 < per_step / single <= 1.0
+    assert all(_cost(b, src, tgt) <= MAX_TOKENS // 2 for step in steps for b in step)
+    with pytest.raises(ValueError, match="max_tokens=1 must be at least num_replicas=2"):
+        TokenBatchSampler(src, tgt, max_tokens=1, num_replicas=2)
 
 
 def test_bad_rank():
@@ -139,3 +156,26 @@ def test_block_sampler_eval_covers_every_target_once():
 def test_block_sampler_too_short():
     with pytest.raises(ValueError, match="too short for block_size=64"):
         BlockBatchSampler(100, 64, 4)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_block_sampler_batch_size_is_global(shuffle):
+    """With R ranks, the R batches of step i are together the single-process batch i."""
+    n, block, R = 1000, 16, 3
+    one = list(BlockBatchSampler(n, block, batch_size=6, seed=5, shuffle=shuffle))
+    ranks = [
+        list(BlockBatchSampler(n, block, 6, shuffle=shuffle, seed=5, num_replicas=R, rank=r))
+        for r in range(R)
+    ]
+    assert {len(b) for rank in ranks for b in rank[:-1]} == {2}
+    steps = list(zip(*ranks, strict=False))  # the steps every rank has
+    assert len(steps) >= len(one) - 1
+    for i, step in enumerate(steps[: len(one) - 1]):
+        assert [x for b in step for x in b] == one[i]
+
+
+def test_block_sampler_batch_size_must_divide():
+    with pytest.raises(
+        ValueError, match=r"data\.batch_size=5 is not divisible by the world size 2"
+    ):
+        BlockBatchSampler(1000, 16, batch_size=5, num_replicas=2, rank=0)

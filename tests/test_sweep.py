@@ -461,14 +461,14 @@ def test_slurm_launcher_config_composes_with_submitit(tmp_path):
     launcher_dir.mkdir(parents=True)
     shutil.copy(REPO / "conf" / "hydra" / "launcher" / "slurm.yaml", launcher_dir)
     (tmp_path / "two_nodes.yaml").write_text("trainer:\n  devices: 4\n  num_nodes: 2\n")
-    (tmp_path / "one_node.yaml").write_text("trainer:\n  devices: 8\n")
+    (tmp_path / "one_node.yaml").write_text("trainer:\n  devices: 8\n  num_nodes: 1\n")
     launcher = _compose_launcher(tmp_path, "two_nodes", ["hydra/launcher=slurm"])
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
     assert launcher.partition is None
     assert launcher.timeout_min > 0 and launcher.mem_gb > 0 and launcher.cpus_per_task > 0
     launcher = _compose_launcher(tmp_path, "one_node", ["hydra/launcher=slurm"])
-    assert (launcher.nodes, launcher.tasks_per_node) == (1, 8)  # no trainer.num_nodes: 1 node
+    assert (launcher.nodes, launcher.tasks_per_node) == (1, 8)
 
 
 def test_slurm_launcher_composes_with_the_harness_config():
@@ -479,3 +479,4 @@ def test_slurm_launcher_composes_with_the_harness_config():
     config.register_configs()
     launcher = _compose_launcher(REPO / "conf", "train", ["hydra/launcher=slurm", "trainer=ddp"])
     assert launcher.tasks_per_node == launcher.gpus_per_node == 2  # conf/trainer/ddp.yaml
+    assert launcher.nodes == 1  # trainer.num_nodes

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.data.synthetic import SyntheticDataModule
+from attnlab.data.synthetic import SyntheticBatches, SyntheticDataModule
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
 
 
@@ -77,19 +77,66 @@ def test_lm_format_packs_prompt_and_answer():
         assert tokens[p:n].tolist() == targets[p - 1 : n - 1].tolist()
 
 
-def test_ranks_take_disjoint_shares_of_the_batches():
-    full = _dm(val_size=64, batch_size=8)
-    shards = []
-    for rank in (0, 1):
-        dm = _dm(val_size=64, batch_size=8)
-        dm.datasets["val"].rank, dm.datasets["val"].world_size = rank, 2
-        shards.append([b["src"] for b in dm.val_dataloader()])
-    assert len(shards[0]) == len(shards[1]) == 4
-    interleaved = [b for pair in zip(*shards, strict=True) for b in pair]
-    whole = [b["src"] for b in full.val_dataloader()]
-    assert len(interleaved) == len(whole) == 8
-    assert all(torch.equal(a, b) for a, b in zip(interleaved, whole, strict=True))
-    assert not torch.equal(shards[0][0], shards[1][0])
+def _unpadded(batch, key):
+    return [row[row != PAD_ID].tolist() for row in batch[key]]
+
+
+def _sharded(world: int, **kwargs) -> list[SyntheticDataModule]:
+    """One data module per rank of a `world`-rank run (what setup() does under DDP)."""
+    dms = []
+    for rank in range(world):
+        dm = SyntheticDataModule(**kwargs)
+        for split, size in dm.sizes.items():
+            length = dm.train_len if split == "train" else dm.eval_len
+            dm.datasets[split] = SyntheticBatches(dm, split, size, length, rank, world)
+        dms.append(dm)
+    return dms
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_ranks_split_each_global_batch(arch):
+    """batch_size is global: at step i the ranks' slices together are the single-process
+    batch i (so DDP trains on the same data as one process)."""
+    kwargs = {"arch": arch, "batch_size": 8, "val_size": 20, "train_size": 64}
+    full = _dm(**kwargs)
+    ranks = _sharded(2, **kwargs)
+    keys = ("src", "tgt_out") if arch == "encoder_decoder" else ("tokens", "targets")
+    for split in ("train", "val"):
+        whole = list(full.val_dataloader() if split == "val" else full.train_dataloader())
+        parts = [
+            list(dm.val_dataloader() if split == "val" else dm.train_dataloader()) for dm in ranks
+        ]
+        assert len(parts[0]) == len(parts[1]) == len(whole)
+        for i, batch in enumerate(whole):
+            for key in keys:
+                joined = _unpadded(parts[0][i], key) + _unpadded(parts[1][i], key)
+                assert joined == _unpadded(batch, key)
+            # each slice is trimmed to its own longest example
+            assert (parts[0][i][keys[0]] != PAD_ID).any(dim=0).all()
+    sizes = [[b[keys[0]].size(0) for b in dm.val_dataloader()] for dm in ranks]
+    assert sizes == [[4, 4, 2], [4, 4, 2]]  # the last val batch of 4 is split 2 + 2
+
+
+def test_a_small_last_eval_batch_leaves_a_rank_one_batch_fewer():
+    ranks = _sharded(4, batch_size=8, val_size=10)
+    sizes = [[b["src"].size(0) for b in dm.val_dataloader()] for dm in ranks]
+    assert sizes == [[2, 1], [2, 1], [2], [2]]
+    assert sum(map(sum, sizes)) == 10
+
+
+def test_training_batches_are_full():
+    dm = _dm(batch_size=8, train_size=30)
+    assert [b["src"].size(0) for b in dm.train_dataloader()] == [8, 8, 8]
+
+
+def test_batch_size_must_divide_over_the_ranks():
+    assert len(_sharded(2, batch_size=6)[1].datasets["train"]) > 0  # 6 = 2 x 3: fine
+    with pytest.raises(
+        ValueError, match=r"data\.batch_size=6 is not divisible by the world size 4"
+    ):
+        _sharded(4, batch_size=6)
+    with pytest.raises(ValueError, match=r"data\.train_size=4 is not valid"):
+        SyntheticDataModule(batch_size=8, train_size=4)
 
 
 def test_tokenizer_decodes_symbols():

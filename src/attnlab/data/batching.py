@@ -10,8 +10,13 @@ function returns when iteration starts. The latter is needed because Lightning o
 sampler, and may call `iter()` on a loader more than once per epoch (after a reload it does
 so twice), so neither Lightning nor an iteration counter can be trusted to advance the epoch.
 
-Distributed training (`num_replicas` ranks): rank r takes the shuffled batches r, r+R, r+2R...
-so ranks never share a batch. In training mode the remainder of fewer than R batches is
+Distributed training (`num_replicas` = R ranks). Batch sizes are global, as in a single-process
+run: TokenBatchSampler's `max_tokens` is the budget of all ranks together and each rank's
+batches are cut with max_tokens // R tokens; BlockBatchSampler's `batch_size` is the number of
+blocks over all ranks and each rank takes batch_size / R of them (R must divide it:
+`per_rank_batch_size`). Rank r takes the shuffled per-rank batches r, r+R, r+2R... so ranks
+never share a batch; for blocks the R batches of one step are together exactly the
+single-process batch of that step. In training mode the remainder of fewer than R batches is
 dropped (`drop_last=True`, a different remainder each epoch) or filled by repeating the first
 batches (`drop_last=False`); either way every rank gets the same number of batches, which DDP
 needs. In eval mode (shuffle=False) nothing is dropped or repeated: every example is seen
@@ -25,6 +30,20 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import Sampler
+
+
+def per_rank_batch_size(batch_size: int, world_size: int, key: str = "data.batch_size") -> int:
+    """The share of a global batch of `batch_size` examples that each of `world_size` ranks
+    takes; a ValueError naming `key` when the ranks cannot share it equally."""
+    if world_size < 1:
+        raise ValueError(f"world size {world_size} must be >= 1")
+    if batch_size % world_size:
+        raise ValueError(
+            f"{key}={batch_size} is not divisible by the world size {world_size} "
+            f"(trainer.devices x trainer.num_nodes); the batch is global, so use a multiple "
+            f"of {world_size}"
+        )
+    return batch_size // world_size
 
 
 class _EpochBatchSampler(Sampler[list[int]]):
@@ -105,6 +124,10 @@ class TokenBatchSampler(_EpochBatchSampler):
     batches, and the batches shuffled (shuffle=True) or kept in length order (shuffle=False).
     Because only equal-length pairs swap places, the batch boundaries and hence `len()` are
     the same in every epoch while the batches' contents change.
+
+    `max_tokens` is the global budget: with num_replicas = R the batches are cut with
+    `rank_max_tokens` = max_tokens // R tokens, so the R batches of one step hold about
+    max_tokens tokens together, as one batch of a single-process run does.
     """
 
     def __init__(
@@ -120,8 +143,11 @@ class TokenBatchSampler(_EpochBatchSampler):
         epoch_fn: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(shuffle, seed, num_replicas, rank, drop_last, epoch_fn)
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens={max_tokens} must be positive")
+        if max_tokens < num_replicas:
+            raise ValueError(
+                f"max_tokens={max_tokens} must be at least num_replicas={num_replicas} "
+                "(it is the global token budget of a step, shared by the ranks)"
+            )
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = (
             np.zeros_like(self.src_lens) if tgt_lens is None else np.asarray(tgt_lens, np.int64)
@@ -129,9 +155,12 @@ class TokenBatchSampler(_EpochBatchSampler):
         if len(self.src_lens) != len(self.tgt_lens):
             raise ValueError(f"{len(self.src_lens)} src lengths but {len(self.tgt_lens)} tgt")
         self.max_tokens = max_tokens
+        self.rank_max_tokens = max_tokens // num_replicas
         # Batch boundaries in the sorted order; identical for every tie-breaking.
         order = np.lexsort((self.tgt_lens, self.src_lens))
-        self._bounds = _greedy_bounds(self.src_lens[order], self.tgt_lens[order], max_tokens)
+        self._bounds = _greedy_bounds(
+            self.src_lens[order], self.tgt_lens[order], self.rank_max_tokens
+        )
 
     def _num_batches(self) -> int:
         return len(self._bounds)
@@ -180,7 +209,8 @@ def padding_fraction(
 
 
 class BlockBatchSampler(_EpochBatchSampler):
-    """Start offsets of `block_size`-token blocks of a token stream, `batch_size` per batch.
+    """Start offsets of `block_size`-token blocks of a token stream, `batch_size` per step
+    (global: each of num_replicas ranks takes `rank_batch_size` = batch_size / num_replicas).
 
     Each index is a position in the stream; the block there is stream[i : i + block_size + 1]
     (inputs block[:-1], targets block[1:]). Training (shuffle=True): each epoch the blocks are
@@ -211,13 +241,14 @@ class BlockBatchSampler(_EpochBatchSampler):
                 f"(training needs at least 2 * block_size tokens)"
             )
         self.n_tokens, self.block_size, self.batch_size = n_tokens, block_size, batch_size
+        self.rank_batch_size = per_rank_batch_size(batch_size, num_replicas)
         if shuffle:  # blocks that fit whatever the offset
             self._n_blocks = (n_tokens - block_size) // block_size
         else:
             self._n_blocks = len(range(0, n_tokens - 1, block_size))
 
     def _num_batches(self) -> int:
-        return -(-self._n_blocks // self.batch_size)
+        return -(-self._n_blocks // self.rank_batch_size)
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         if self.shuffle:
@@ -227,4 +258,5 @@ class BlockBatchSampler(_EpochBatchSampler):
         else:
             starts = self.block_size * np.arange(self._n_blocks)
         starts = starts.tolist()
-        return [starts[i : i + self.batch_size] for i in range(0, len(starts), self.batch_size)]
+        b = self.rank_batch_size  # consecutive per-rank batches, dealt out round-robin
+        return [starts[i : i + b] for i in range(0, len(starts), b)]

@@ -1,9 +1,15 @@
 """Synthetic sequence tasks (copy, reverse, sort), generated from the seed: no files.
 
-Every batch is a pure function of (seed, split, batch index), so runs are reproducible and each
-DDP rank can take its own share of the batches (batch i of rank r is global batch i * world + r).
+Every batch is a pure function of (seed, split, batch index), so runs are reproducible.
 Training draws fresh examples for every batch; validation and test are fixed sets, with their
 own length range (`eval_len`), which may be longer than `train_len` to test length extrapolation.
+
+`batch_size` is the global batch. Under DDP with W ranks every rank generates global batch i and
+keeps its slice r (batch_size / W examples, trimmed to their own longest length), so the ranks
+together train on exactly the batches of a single-process run; a batch_size that W does not
+divide is an error. Training batches are always full (train_size is rounded down to a multiple
+of batch_size); the last validation / test batch may be smaller and is split as evenly as it
+goes, so a rank may get one batch fewer there.
 
 Batches follow docs/architecture.md. For an encoder-decoder (task "seq2seq"):
     src = x, tgt_in = [BOS] + y, tgt_out = y + [EOS]
@@ -18,6 +24,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnlab.data.batching import per_rank_batch_size
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
 
 SYNTHETIC_TASKS = ("copy", "reverse", "sort")
@@ -121,26 +128,58 @@ def lm_batch(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor, sep_id: in
 
 
 class SyntheticBatches(Dataset):
-    """A map-style dataset whose items are whole batches, each generated from its own seed."""
+    """A map-style dataset whose items are whole batches: item i is this rank's slice of global
+    batch i, which is generated from its own seed (seed, split, i).
 
-    def __init__(self, dm: SyntheticDataModule, split: str, n_examples: int, length) -> None:
+    Training ("train") has train_size // batch_size full global batches; evaluation has
+    ceil(n_examples / batch_size), the last one possibly partial.
+    """
+
+    def __init__(
+        self,
+        dm: SyntheticDataModule,
+        split: str,
+        n_examples: int,
+        length,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         self.dm, self.split, self.length = dm, split, tuple(length)
         self.n_examples = n_examples
-        self.n_global = -(-n_examples // dm.batch_size)  # batches over all ranks
-        self.rank, self.world_size = 0, 1
+        self.rank, self.world_size = rank, world_size
+        per_rank_batch_size(dm.batch_size, world_size)  # the global batch must divide
+        if split == "train":
+            self.n_global = n_examples // dm.batch_size
+        else:
+            self.n_global = -(-n_examples // dm.batch_size)
+            if n_examples < world_size:
+                raise ValueError(
+                    f"data.{split}_size={n_examples} is smaller than the world size "
+                    f"{world_size}: every rank needs at least one example"
+                )
+
+    def _global_size(self, g: int) -> int:
+        return min(self.dm.batch_size, self.n_examples - g * self.dm.batch_size)
+
+    def _rows(self, g: int) -> range:
+        """This rank's rows of global batch g: an even split (sizes differ by at most one)."""
+        size, world = self._global_size(g), self.world_size
+        start = self.rank * (size // world) + min(self.rank, size % world)
+        stop = start + size // world + (self.rank < size % world)
+        return range(start, stop)
 
     def __len__(self) -> int:
-        return len(range(self.rank, self.n_global, self.world_size))
+        if self.n_global and not self._rows(self.n_global - 1):
+            return self.n_global - 1  # a last eval batch too small to reach this rank
+        return self.n_global
 
     def __getitem__(self, i: int) -> dict:
-        g = i * self.world_size + self.rank
-        if not 0 <= g < self.n_global:
+        if not 0 <= i < len(self):
             raise IndexError(i)
-        size = min(self.dm.batch_size, self.n_examples - g * self.dm.batch_size)
         generator = torch.Generator().manual_seed(
-            hash((self.dm.seed, _SPLITS[self.split], g)) & (2**63 - 1)
+            hash((self.dm.seed, _SPLITS[self.split], i)) & (2**63 - 1)
         )
-        return self.dm.make_batch(size, self.length, generator)
+        return self.dm.make_batch(self._global_size(i), self.length, generator, self._rows(i))
 
 
 class SyntheticDataModule(L.LightningDataModule):
@@ -148,7 +187,8 @@ class SyntheticDataModule(L.LightningDataModule):
 
     `arch` (the model's) picks the batch format: "encoder_decoder" -> task "seq2seq",
     "decoder_only" -> task "lm" (with one extra separator symbol in the vocabulary).
-    `train_size` is the number of (fresh) training examples per epoch.
+    `batch_size` is the global batch (over all DDP ranks); `train_size` is the number of
+    (fresh) training examples per epoch, rounded down to whole batches.
     """
 
     def __init__(
@@ -192,6 +232,11 @@ class SyntheticDataModule(L.LightningDataModule):
                 raise ValueError(
                     f"data.{key}={value!r} is not valid; expected an integer >= {minimum}"
                 )
+        if train_size < batch_size:
+            raise ValueError(
+                f"data.train_size={train_size} is not valid; expected at least one batch "
+                f"(data.batch_size={batch_size})"
+            )
         self.name, self.arch, self.n_symbols = name, arch, n_symbols
         self.train_len, self.eval_len = tuple(train_len), tuple(eval_len)
         self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
@@ -207,8 +252,17 @@ class SyntheticDataModule(L.LightningDataModule):
         self.max_seq_len = 2 * longest + 1 if self.task == "lm" else longest + 1
         self.datasets: dict[str, SyntheticBatches] = {}
 
-    def make_batch(self, n: int, length, generator: torch.Generator) -> dict:
+    def make_batch(
+        self, n: int, length, generator: torch.Generator, rows: range | None = None
+    ) -> dict:
+        """A batch of n examples drawn with `generator`; with `rows`, only those examples
+        (one rank's slice), trimmed to the longest of them."""
         x, y, lengths = make_pairs(self.name, n, length, self.n_symbols, generator)
+        if rows is not None:
+            keep = slice(rows.start, rows.stop)
+            lengths = lengths[keep]
+            width = int(lengths.max())
+            x, y = x[keep, :width], y[keep, :width]
         if self.task == "seq2seq":
             return seq2seq_batch(x, y, lengths)
         return lm_batch(x, y, lengths, self.sep_id)
@@ -218,9 +272,9 @@ class SyntheticDataModule(L.LightningDataModule):
         rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
         for split in _SPLITS:
             length = self.train_len if split == "train" else self.eval_len
-            ds = SyntheticBatches(self, split, self.sizes[split], length)
-            ds.rank, ds.world_size = rank, world
-            self.datasets[split] = ds
+            self.datasets[split] = SyntheticBatches(
+                self, split, self.sizes[split], length, rank=rank, world_size=world
+            )
 
     def _loader(self, split: str) -> DataLoader:
         if not self.datasets:

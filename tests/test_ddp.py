@@ -1,0 +1,195 @@
+"""Multi-process training on CPU: `trainer=ddp trainer.accelerator=cpu trainer.devices=2` (gloo).
+
+One single-process run and a local sweep of two 2-process DDP trials (loss.normalize =
+tokens_global and tokens) are started once for the module, at the same time, on the same global
+batches (variable lengths, so the ranks hold different numbers of target tokens). The tests
+then compare their metrics.csv files step by step.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from attnlab.cli_errors import preflight
+from attnlab.config import validate_config, world_size
+
+REPO = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO / "conf"
+
+STEPS = 30
+RUN = [
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "model.dropout=0",
+    "model.attn_dropout=0",
+    "data.batch_size=16",  # global: 8 examples per rank under DDP
+    "data.train_len=[1,8]",
+    "data.eval_len=[1,8]",
+    "data.val_size=32",
+    "data.test_size=32",
+    "scheduler.warmup_steps=5",
+    f"trainer.max_steps={STEPS}",
+    "trainer.val_check_interval=15",
+    "trainer.log_every_n_steps=1",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "logger=csv",
+    "callbacks=none",
+    "seed=3",
+]
+DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """{"single": run dir, "tokens_global": run dir, "tokens": run dir, "summary": dict,
+    "logs": {trial name: trial.log text}}."""
+    from attnlab import sweep
+
+    tmp = tmp_path_factory.mktemp("ddp")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)
+        mp.setenv("WANDB_MODE", "disabled")
+        single = subprocess.Popen(
+            [sys.executable, "-m", "attnlab.train", *RUN, "trainer=cpu", f"hydra.run.dir={tmp}/1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        sweep_file = tmp / "ddp_sweep.yaml"
+        sweep_file.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "ddp",
+                    "program": "attnlab-train",
+                    "method": "grid",
+                    "metric": {"name": "val/loss", "goal": "minimize"},
+                    "parameters": {"loss.normalize": {"values": ["tokens_global", "tokens"]}},
+                    "command": ["${program}", "${args_no_hyphens}"],
+                }
+            )
+        )
+        out = tmp / "sweep"
+        code = sweep.main([str(sweep_file), *RUN, *DDP, "--out", str(out)])
+        output = single.communicate(timeout=300)[0]
+    assert single.returncode == 0, output[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    logs = {d.name: (d / "trial.log").read_text() for d in out.iterdir() if d.is_dir()}
+    assert code == 0, "\n".join(text[-3000:] for text in logs.values())
+    dirs = {d.name.split("-", 1)[1]: d for d in out.iterdir() if d.is_dir()}
+    return {
+        "single": tmp / "1",
+        "tokens_global": dirs["normalize_tokens_global"],
+        "tokens": dirs["normalize_tokens"],
+        "summary": summary,
+        "logs": logs,
+    }
+
+
+def _train_loss(run_dir: Path) -> pd.Series:
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    rows = metrics.dropna(subset=["train/loss"])
+    assert rows["step"].is_unique, "one row per step: only rank zero logs"
+    return rows.set_index("step")["train/loss"]
+
+
+def _results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_ddp_sweep_trials_complete_on_two_processes(runs):
+    assert [t["status"] for t in runs["summary"]["trials"]] == ["completed", "completed"]
+    for log in runs["logs"].values():
+        assert "MEMBER: 2/2" in log and "distributed_backend=gloo" in log
+    for name in ("tokens_global", "tokens"):
+        results = _results(runs[name])
+        assert results["status"] == "completed" and results["steps"] == STEPS
+        assert "trainer.devices=2" in results["overrides"]  # rank zero's own command line
+
+
+@pytest.mark.slow
+def test_rank_zero_alone_writes_the_run_directory(runs):
+    run_dir = runs["tokens_global"]
+    files = sorted(p.name for p in run_dir.iterdir())
+    assert "results.json" in files and "config.yaml" in files and "metrics.csv" in files
+    # The second rank (a Hydra job of its own, hydra.output_subdir=null) writes no config,
+    # record or W&B files; metrics.csv has one row per step.
+    assert not [f for f in files if f.startswith(".pl_hydra") or f == "wandb"]
+    assert "strategy: ddp" in (run_dir / "config.yaml").read_text()
+    assert len(_train_loss(run_dir)) == STEPS
+
+
+@pytest.mark.slow
+def test_ddp_loss_curve_equals_one_process_with_the_same_global_batch(runs):
+    """loss.normalize=tokens_global: the gradient of the global batch's token mean, exactly
+    (up to float reduction order), although the two ranks hold different numbers of tokens."""
+    single, ddp = _train_loss(runs["single"]), _train_loss(runs["tokens_global"])
+    assert list(single.index) == list(ddp.index) == list(range(STEPS))
+    rel = np.abs(ddp - single) / single
+    print(f"max relative train/loss difference, DDP vs one process: {rel.max():.2e}")
+    assert rel.max() < 1e-5
+    assert single.iloc[-1] < single.iloc[0] - 0.5  # it trained
+    for key in ("val/loss", "test/loss", "test/token_acc"):
+        a, b = (
+            _results(runs["single"])["metrics"][key],
+            _results(runs["tokens_global"])["metrics"][key],
+        )
+        assert b == pytest.approx(a, rel=1e-5), key
+
+
+@pytest.mark.slow
+def test_per_rank_token_mean_is_only_close(runs):
+    """loss.normalize=tokens averages the ranks' own token means: with unequal token counts
+    per rank that is a different (nearby) gradient, so the curves part."""
+    single, ddp = _train_loss(runs["single"]), _train_loss(runs["tokens"])
+    assert ddp.iloc[0] == pytest.approx(single.iloc[0], rel=1e-6)  # same model, same batch
+    rel = np.abs(ddp - single) / single
+    assert 1e-5 < rel.max() < 0.05
+
+
+# --- the global batch must divide over the ranks (fast, in-process) ------------------------
+
+
+def test_indivisible_batch_is_a_one_line_error(capsys):
+    argv = [*DDP, "data.batch_size=15"]
+    with pytest.raises(SystemExit) as exit_info:
+        preflight(argv, CONF_DIR)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("attnlab-train: error: data.batch_size=15 is not divisible by the ")
+    assert "world size 2" in err
+
+
+def test_world_size_counts_devices_and_nodes(compose):
+    assert world_size(compose([*DDP, "trainer.num_nodes=3"]).trainer) == 6
+    assert world_size(compose(["trainer=ddp", "trainer.devices=[0,1,2]"]).trainer) == 3
+    assert world_size(compose(["trainer=cpu"]).trainer) == 1
+    assert world_size(compose(["trainer=ddp", "trainer.devices=auto"]).trainer) is None
+    with pytest.raises(ValueError, match=r"data\.batch_size=16 is not divisible .* size 6"):
+        validate_config(compose([*DDP, "trainer.num_nodes=3", "data.batch_size=16"]))
+    with pytest.raises(ValueError, match=r"trainer\.num_nodes=0 is not valid"):
+        validate_config(compose([*DDP, "trainer.num_nodes=0"]))
+    validate_config(compose(["trainer=ddp", "trainer.devices=auto", "data.batch_size=15"]))
+    validate_config(compose([*DDP, "data.batch_size=16"]))
+
+
+def test_loss_normalize_is_checked_when_composing(compose):
+    from attnlab.cli_errors import ConfigError, check
+
+    assert compose(["loss.normalize=tokens"]).loss.normalize == "tokens"
+    with pytest.raises(ConfigError, match=r"loss\.normalize='sum' is not valid; expected one of"):
+        check(CONF_DIR, ["loss.normalize=sum"])

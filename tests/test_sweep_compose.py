@@ -1,0 +1,64 @@
+"""Every grid point of every sweep file in sweeps/ composes with conf/train.yaml and validates:
+a renamed config key or an impossible value (e.g. d_model not divisible by n_heads) fails here,
+not hours into a sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from attnlab.config import validate_config
+from attnlab.sweep import expand_sweep
+from attnlab.sweeps.spec import override_key
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEP_FILES = sorted((REPO / "sweeps").glob("*.yaml"))
+
+
+def _points() -> list[tuple[str, list[str]]]:
+    """(label, Hydra overrides without hydra.*) of every trial of every sweep file."""
+    points = []
+    for path in SWEEP_FILES:
+        for trial in expand_sweep(path):
+            overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
+            points.append((f"{path.stem}/{trial.label}", overrides))
+    return points
+
+
+def test_there_are_sweep_files():
+    assert {p.stem for p in SWEEP_FILES} >= {"heads", "norm_warmup", "pos_encoding"}
+    assert len(_points()) >= 54
+
+
+def test_every_grid_point_composes_and_validates():
+    failures = []
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for label, overrides in _points():
+            try:
+                cfg = compose(config_name="train", overrides=overrides)
+                validate_config(cfg)
+            except Exception as err:  # collect every bad point, then fail once
+                failures.append(f"{label}: {type(err).__name__}: {err}")
+                continue
+            for override in overrides:  # each value arrived where it was meant to go
+                key, _, value = override.lstrip("+").partition("=")
+                actual = OmegaConf.select(cfg, key)
+                if OmegaConf.is_config(actual):
+                    actual = OmegaConf.to_container(actual)
+                actual = getattr(actual, "value", actual)  # choice fields are str Enums
+                assert actual == yaml.safe_load(value), (label, override, actual)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+def test_sweep_file_has_a_grid_of_the_expected_size(path):
+    """Guards the test above against a sweep that silently expands to nothing."""
+    spec = yaml.safe_load(path.read_text())
+    expected = 1
+    for param in spec["parameters"].values():
+        expected *= len(param.get("values", [param.get("value")]))
+    assert len(expand_sweep(path)) == expected
