@@ -14,13 +14,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from attnlab.data.batching import per_rank_batch_size
+from attnlab.data.checks import check_data_config
 from attnlab.data.synthetic import SYNTHETIC_TASKS, SyntheticDataModule
 from attnlab.data.vocab import NUM_SPECIAL
+from attnlab.data_schema import TEXT_DATA_SCHEMAS
 from attnlab.model.config import (
     ACTIVATIONS,
     ARCHS,
@@ -30,6 +34,7 @@ from attnlab.model.config import (
     POS_ENCODINGS,
     TransformerConfig,
 )
+from attnlab.training.module import LOSS_NORMALIZATIONS
 from attnlab.training.schedules import SCHEDULERS
 
 
@@ -46,6 +51,7 @@ Activation = _choices("Activation", ACTIVATIONS)
 Scheduler = _choices("Scheduler", SCHEDULERS)
 Optimizer = _choices("Optimizer", ("adam", "adamw"))
 SyntheticTask = _choices("SyntheticTask", SYNTHETIC_TASKS)
+LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
 
 # The keys an ablation varies: always recorded in results.json (with any overridden key).
 ABLATION_KEYS = (
@@ -128,9 +134,13 @@ class SchedulerConfig:
 
 @dataclass
 class LossConfig:
-    """Label-smoothed cross-entropy (Sec. 5.4, eps_ls), padding ignored."""
+    """Label-smoothed cross-entropy (Sec. 5.4, eps_ls), padding ignored. `normalize`: divide the
+    summed token losses by the target tokens of the global batch (tokens_global: all DDP ranks,
+    so DDP computes the same gradient as one process) or of each rank's share (tokens: DDP then
+    averages the ranks' means, which differs when ranks hold different numbers of tokens)."""
 
     label_smoothing: float = 0.1
+    normalize: LossNormalize = LossNormalize.tokens_global
 
 
 @dataclass
@@ -139,10 +149,12 @@ class TrainerConfig:
 
     accelerator: str = "cpu"
     devices: Any = 1
+    num_nodes: int = 1
     strategy: str = "auto"
     precision: str = "32-true"
     max_steps: int = -1
     max_epochs: int | None = None
+    max_time: Any = None  # "DD:HH:MM:SS": stop training after this much wall time
     val_check_interval: Any = None  # int: every N training batches, float: fraction of an epoch
     check_val_every_n_epoch: int | None = 1
     log_every_n_steps: int = 50
@@ -183,6 +195,16 @@ class PathsConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Periodic checkpoints for resumption and averaging (the paper: every 10 minutes, the
+    last 5 averaged). Written into <run_dir>/checkpoints, atomically."""
+
+    every_n_steps: int | None = 500
+    every_minutes: float | None = 10.0
+    keep_last: int = 5
+
+
+@dataclass
 class TrainConfig:
     name: str = "default"
     group: str | None = None
@@ -190,6 +212,8 @@ class TrainConfig:
     run_name: str | None = None
     seed: int = 1
     torch_threads: int | None = None  # torch.set_num_threads; None: torch's default
+    # Greedy exact match on every evaluation; null: for synthetic data only (for text, BLEU).
+    exact_match: bool | None = None
     model: ModelConfig = MISSING
     data: Any = MISSING
     optim: OptimConfig = MISSING
@@ -198,6 +222,8 @@ class TrainConfig:
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     callbacks: dict[str, Any] = field(default_factory=dict)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str = "auto"  # auto | never | a checkpoint path
     paths: PathsConfig = field(default_factory=PathsConfig)
 
 
@@ -208,6 +234,8 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="synthetic_data_schema", node=SyntheticDataConfig)
+    for name, schema in TEXT_DATA_SCHEMAS.items():  # attnlab.data_schema
+        cs.store(name=name, node=schema)
 
 
 register_configs()
@@ -261,6 +289,22 @@ def _vocab_size_hint(data: DictConfig) -> int:
     return int(data.get("vocab_size") or NUM_SPECIAL + 1)
 
 
+class DataConfigError(ValueError):
+    """Problems with the data config or its files (attnlab.data.checks), one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+def exact_match_enabled(cfg: DictConfig) -> bool:
+    """cfg.exact_match, where null means: for synthetic data only. (Greedy-decoding every
+    evaluation sentence is the measure for the synthetic tasks; for text it is slow and near 0.)"""
+    if cfg.get("exact_match") is not None:
+        return bool(cfg.exact_match)
+    return OmegaConf.get_type(cfg.data) is SyntheticDataConfig
+
+
 def validate_config(cfg: DictConfig) -> None:
     """Checks that need more than one field, before anything is built. Raises ValueError with a
     one-line message naming the key. (Types and choices were checked when composing.)"""
@@ -276,6 +320,9 @@ def validate_config(cfg: DictConfig) -> None:
             f"scheduler.warmup_steps={scheduler['warmup_steps']} is not valid; "
             "expected an integer >= 0"
         )
+    _validate_run_control(cfg)
+    _validate_task(cfg, model.arch)
+    _validate_world_size(cfg)
     if not 0.0 <= cfg.loss.label_smoothing < 1.0:
         raise ValueError(
             f"loss.label_smoothing={cfg.loss.label_smoothing} is not valid; "
@@ -291,3 +338,79 @@ def validate_config(cfg: DictConfig) -> None:
                 f"({data.max_seq_len}); learned positions need model.max_len >= "
                 f"{data.max_seq_len}"
             )
+    # Text data: the DataModule's argument rules, and every data file read in full.
+    problems = check_data_config(to_plain(cfg.data))
+    if problems:
+        raise DataConfigError(problems)
+
+
+def _validate_run_control(cfg: DictConfig) -> None:
+    """resume and checkpoint.* (issue 6)."""
+    resume = str(cfg.get("resume", "auto"))
+    if resume not in ("auto", "never") and not Path(resume).is_file():
+        raise ValueError(
+            f"resume={resume!r} is not valid; expected auto, never or the path of an existing "
+            "checkpoint file"
+        )
+    ckpt = cfg.get("checkpoint")
+    if ckpt is None:
+        return
+    for key in ("every_n_steps", "every_minutes"):
+        value = ckpt.get(key)
+        if value is not None and value <= 0:
+            raise ValueError(
+                f"checkpoint.{key}={value} is not valid; expected a positive number or null"
+            )
+    if ckpt.keep_last < 1:
+        raise ValueError(
+            f"checkpoint.keep_last={ckpt.keep_last} is not valid; expected an integer >= 1"
+        )
+
+
+def world_size(trainer: DictConfig) -> int | None:
+    """Processes of the run, trainer.devices x trainer.num_nodes, where the config says it (an
+    integer or a list of device ids); None for "auto", -1 and the like."""
+    devices = trainer.get("devices", 1)
+    if OmegaConf.is_list(devices) or isinstance(devices, list | tuple):
+        n = len(devices)
+    elif isinstance(devices, int) and not isinstance(devices, bool):
+        n = devices
+    elif isinstance(devices, str) and devices.strip().isdigit():
+        n = int(devices)
+    else:
+        return None
+    return n * int(trainer.get("num_nodes", 1)) if n > 0 else None
+
+
+def _validate_world_size(cfg: DictConfig) -> None:
+    """trainer.num_nodes >= 1; data.batch_size (a global batch) divisible by the world size."""
+    if int(cfg.trainer.get("num_nodes", 1)) < 1:
+        raise ValueError(
+            f"trainer.num_nodes={cfg.trainer.num_nodes} is not valid; expected an integer >= 1"
+        )
+    world = world_size(cfg.trainer)
+    batch_size = cfg.data.get("batch_size")
+    if world and isinstance(batch_size, int) and not isinstance(batch_size, bool):
+        per_rank_batch_size(batch_size, world)
+
+
+def _validate_task(cfg: DictConfig, arch: str) -> None:
+    """A decoder-only model needs language-model data, an encoder-decoder sentence pairs.
+    Synthetic tasks serve both (the datamodule's `task` follows model.arch)."""
+    target = OmegaConf.select(cfg, "data._target_", default=None)
+    if not isinstance(target, str):
+        return
+    import importlib
+
+    module, _, name = target.rpartition(".")
+    try:
+        task = getattr(getattr(importlib.import_module(module), name), "task", None)
+    except (ImportError, AttributeError):
+        return  # instantiate reports an unknown _target_
+    needed = {"encoder_decoder": "seq2seq", "decoder_only": "lm"}[arch]
+    if isinstance(task, str) and task != needed:
+        data_name = OmegaConf.select(cfg, "data.name", default=name)
+        raise ValueError(
+            f"model.arch={arch!r} cannot train on data={data_name!r} ({task} data); "
+            f"an {arch} model needs {needed} data"
+        )

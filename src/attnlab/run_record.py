@@ -134,6 +134,15 @@ class RunRecord:
             "error": None,
         }
 
+    @staticmethod
+    def read(run_dir: Path | str) -> dict[str, Any] | None:
+        """The results.json of an earlier attempt at this run, or None."""
+        path = Path(run_dir) / "results.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
     def write(self, status: str | None = None, **fields: Any) -> dict[str, Any]:
         if status is not None:
             if status not in STATUSES:

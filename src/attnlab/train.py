@@ -29,11 +29,35 @@ from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config import flatten, to_plain, transformer_config, validate_config
+from attnlab.checkpointing import checkpoint_problem, find_resume_checkpoint, periodic_checkpoints
+from attnlab.config import (
+    exact_match_enabled,
+    flatten,
+    to_plain,
+    transformer_config,
+    validate_config,
+)
+from attnlab.data.resumable import make_resumable
+from attnlab.run_identity import run_dir_name, wandb_run_id
 from attnlab.run_record import RunRecord, ablation_config, run_name
+from attnlab.training.callbacks import Preemption, RNGState
 from attnlab.training.module import module_for
 
 PROG = "attnlab-train"
+
+# Exit codes, also read by attnlab-sweep (results.json's status is the authority).
+EXIT_CODES = {"completed": 0, "failed": 1, "diverged": 3, "interrupted": 4}
+
+
+def _run_dir_resolver(name: str, seed: int, resume: str) -> str:
+    """${attnlab_run_dir:${name},${seed},${resume}} in conf/train.yaml's hydra.run.dir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = list(HydraConfig.get().overrides.task)
+    return run_dir_name(str(name), overrides, int(seed), fresh=str(resume) == "never")
+
+
+OmegaConf.register_new_resolver("attnlab_run_dir", _run_dir_resolver, replace=True)
 
 
 def conf_dir() -> Path:
@@ -51,6 +75,25 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     validate_config(cfg)
     run_dir = Path(cfg.paths.run_dir)
     is_rank_zero = rank_zero_only.rank == 0
+    previous = RunRecord.read(run_dir)
+    resume = str(cfg.get("resume", "auto"))
+    ckpt_path = None
+    if resume == "auto" and previous is not None:
+        if previous.get("status") == "completed":
+            if is_rank_zero:
+                print(
+                    f"{PROG}: already completed: {run_dir / 'results.json'} "
+                    "(use resume=never to train it again)"
+                )
+            return previous
+        ckpt_path = find_resume_checkpoint(run_dir, say=lambda m: print(f"{PROG}: {m}"))
+    elif resume not in ("auto", "never"):
+        ckpt_path = Path(resume)
+        problem = checkpoint_problem(ckpt_path)
+        if problem:
+            raise ValueError(f"resume={resume}: cannot load this checkpoint ({problem})")
+    if ckpt_path is not None and is_rank_zero:
+        print(f"{PROG}: resuming from {ckpt_path}")
     if is_rank_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -61,6 +104,7 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         overrides=overrides,
         config=ablation_config(cfg, overrides),
     )
+    prior_wall_time = previous.get("wall_time_s", 0.0) if ckpt_path and previous else 0.0
     if is_rank_zero:
         record.write("running")
     name = cfg.run_name or run_name(overrides, default=cfg.name)
@@ -73,19 +117,28 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
             torch.set_num_threads(cfg.torch_threads)  # restored below
         L.seed_everything(cfg.seed, workers=True)
         datamodule = instantiate(to_plain(cfg.data))
+        make_resumable(datamodule)  # a resumed run continues at the batch where it stopped
         _check_task(cfg, datamodule.task)
+        if is_rank_zero and hasattr(datamodule, "save_tokenizer"):
+            datamodule.save_tokenizer(run_dir)  # <run_dir>/tokenizer.model decodes checkpoints
         model_config = transformer_config(cfg.model, datamodule.vocab_size, datamodule.pad_id)
         module = module_for(datamodule.task)(
             model=model_config.to_dict(),
             optim=to_plain(cfg.optim),
             scheduler=to_plain(cfg.scheduler),
             label_smoothing=cfg.loss.label_smoothing,
+            loss_normalize=to_plain(cfg.loss)["normalize"],
             bos_id=datamodule.bos_id,
             eos_id=datamodule.eos_id,
             max_steps=cfg.trainer.max_steps,
+            exact_match=exact_match_enabled(cfg),
         )
         loggers = build_loggers(cfg, run_dir, name)
         callbacks = [instantiate(c) for c in to_plain(cfg.callbacks).values() if c]
+        ckpt_dir = run_dir / "checkpoints"
+        callbacks += periodic_checkpoints(ckpt_dir, **to_plain(cfg.checkpoint))
+        preemption = Preemption(ckpt_dir)
+        callbacks += [preemption, RNGState()]
         trainer = L.Trainer(
             **to_plain(cfg.trainer),
             logger=loggers,
@@ -94,6 +147,7 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
             enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
             default_root_dir=str(run_dir),
             use_distributed_sampler=False,  # the data modules shard by rank themselves
+            plugins=_cluster_plugins(),
         )
         flat_config = flatten(to_plain_safe(cfg))
         flat_config["model.num_parameters"] = module.model.num_parameters()
@@ -102,10 +156,15 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         if is_rank_zero:
             record.write(wandb_run_id=_wandb_id(loggers))
 
-        trainer.fit(module, datamodule=datamodule)
+        trainer.fit(
+            module,
+            datamodule=datamodule,
+            ckpt_path=str(ckpt_path) if ckpt_path else None,
+            weights_only=True,
+        )
         metrics = _scalars(trainer.callback_metrics)
         status = "diverged" if module.diverged else "completed"
-        if trainer.interrupted:
+        if trainer.interrupted or preemption.interrupted:
             status = "interrupted"
         if status == "completed":
             checkpoint = trainer.checkpoint_callback
@@ -115,8 +174,10 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         results = {
             "metrics": metrics,
             "steps": trainer.global_step,
-            "wall_time_s": round(time.perf_counter() - start, 2),
+            "wall_time_s": round(prior_wall_time + time.perf_counter() - start, 2),
         }
+        if status == "diverged":
+            results["diverged_step"] = module.diverged_step
         if is_rank_zero:
             results = record.write(status, **results)
             _finish_wandb(loggers, results)
@@ -129,12 +190,24 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
                 status,
                 error=f"{type(err).__name__}: {err}",
                 steps=trainer.global_step if trainer is not None else 0,
-                wall_time_s=round(time.perf_counter() - start, 2),
+                wall_time_s=round(prior_wall_time + time.perf_counter() - start, 2),
             )
             _finish_wandb(loggers, results, exit_code=1)
         raise
     finally:
         torch.set_num_threads(threads)
+
+
+def _cluster_plugins() -> list:
+    """Under SLURM: requeue on SIGUSR1 (Lightning saves an HPC checkpoint, resubmits the job,
+    and the job's rerun resumes)."""
+    import signal
+
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    if SLURMEnvironment.detect():
+        return [SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)]
+    return []
 
 
 def to_plain_safe(cfg: DictConfig) -> dict:
@@ -159,7 +232,7 @@ def _scalars(metrics: dict) -> dict[str, float]:
 
 
 def _summary(metrics: dict[str, float]) -> str:
-    keys = ("test/exact_match", "test/loss", "test/perplexity", "val/loss_best")
+    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/loss_best")
     return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics) or "no metrics"
 
 
@@ -190,6 +263,8 @@ def build_loggers(cfg: DictConfig, run_dir: Path, name: str) -> list[Logger]:
             offline=offline_reason is not None,
             log_model=wandb_cfg.log_model,
             settings=settings,
+            id=wandb_run_id(run_dir),  # the same run directory continues the same W&B run
+            resume="allow",
         )
         loggers.append(logger)
         if offline_reason and rank_zero_only.rank == 0 and _wandb_mode() != "disabled":
@@ -267,9 +342,10 @@ def _finish_wandb(loggers: list[Logger], results: dict, exit_code: int = 0) -> N
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             import wandb
 
-            logger.experiment.summary.update(
-                {**results.get("metrics", {}), "status": results["status"]}
-            )
+            summary = {**results.get("metrics", {}), "status": results["status"]}
+            if results.get("diverged_step") is not None:
+                summary["diverged_step"] = results["diverged_step"]
+            logger.experiment.summary.update(summary)
             wandb.finish(exit_code=exit_code)
 
 
@@ -282,9 +358,10 @@ def _task(cfg: DictConfig) -> dict:
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
-        # The jobs of one sweep share a W&B group: <name>-<date>-<time> of the sweep directory.
-        cfg.group = "-".join(Path(hydra_cfg.sweep.dir).parts[-3:])
-    return train(cfg, overrides=list(hydra_cfg.overrides.task))
+        cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
+    results = train(cfg, overrides=list(hydra_cfg.overrides.task))
+    _EXIT_STATUSES.append(results.get("status", "failed"))
+    return results
 
 
 def main() -> None:
@@ -293,6 +370,12 @@ def main() -> None:
 
     preflight(sys.argv[1:], conf_dir(), prog=PROG)
     hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
+    # The worst status of the run (or of the multirun's jobs) decides the exit code.
+    codes = [EXIT_CODES.get(status, 1) for status in _EXIT_STATUSES]
+    sys.exit(max(codes, default=0))
+
+
+_EXIT_STATUSES: list[str] = []
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ eps=1e-9 under a learning-rate schedule stepped every optimizer step (Sec. 5.3),
     val/loss_best, val/exact_match_best
 
 `loss` is the smoothed objective, `nll` the plain cross-entropy, perplexity = exp(nll).
-exact_match is from greedy decoding (not teacher forcing), compared up to and including EOS.
+exact_match is from greedy decoding (not teacher forcing), compared up to and including EOS;
+`exact_match=False` skips it (translation is measured by BLEU, training/translation_quality.py).
+Under DDP the train/ metrics are over the global batch (all ranks); see `loss_normalize`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from attnlab.training.metrics import exact_match, token_accuracy
 from attnlab.training.schedules import build_schedule, lr_lambda
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
+# What the summed token losses of a training batch are divided by: the target tokens of the
+# global batch (all DDP ranks) or of this rank's share. See TransformerModule.
+LOSS_NORMALIZATIONS = ("tokens_global", "tokens")
 
 
 class TransformerModule(L.LightningModule):
@@ -33,8 +38,16 @@ class TransformerModule(L.LightningModule):
 
     model: TransformerConfig fields (dict); optim: {name, lr, betas, eps, weight_decay};
     scheduler: {name, warmup_steps, scale, min_lr, max_steps}; max_steps: the run's length
-    (the cosine schedule's default horizon). Plain dicts, so checkpoints reload with
+    (the cosine schedule's default horizon); exact_match: greedy-decode every evaluation
+    batch for val/ and test/exact_match. Plain dicts, so checkpoints reload with
     `load_from_checkpoint` alone.
+
+    loss_normalize: DDP averages the ranks' gradients. With "tokens" each rank's loss is the
+    mean over its own target tokens, so the average equals the global token mean only when
+    every rank holds as many tokens; with "tokens_global" (fairseq-style) each rank divides
+    its summed token losses by the global token count N (one all_reduce) and multiplies by the
+    world size W, so the averaged gradient is exactly that of the global batch's token mean,
+    the same as one process would compute. With one process the two are the same.
     """
 
     def __init__(
@@ -46,8 +59,15 @@ class TransformerModule(L.LightningModule):
         bos_id: int = 2,
         eos_id: int = 3,
         max_steps: int | None = None,
+        loss_normalize: str = "tokens_global",
+        exact_match: bool = True,
     ) -> None:
         super().__init__()
+        if loss_normalize not in LOSS_NORMALIZATIONS:
+            raise ValueError(
+                f"loss.normalize={loss_normalize!r} is not valid; "
+                f"expected one of: {', '.join(LOSS_NORMALIZATIONS)}"
+            )
         self.save_hyperparameters(logger=False)  # the full config is logged by train.py
         self.config = TransformerConfig(**model)
         self.model = Transformer(self.config)
@@ -58,9 +78,13 @@ class TransformerModule(L.LightningModule):
                 for split in ("val", "test")
             }
         )
+        # Best values persist in checkpoints, so a resumed run keeps the best seen before.
         self.val_loss_best = MinMetric()
         self.val_exact_match_best = MaxMetric()
+        self.val_loss_best.persistent(True)
+        self.val_exact_match_best.persistent(True)
         self.diverged = False
+        self.diverged_step: int | None = None
         self._n_tokens = 0  # non-PAD targets of the current training batch
         self._last_step_time: float | None = None
 
@@ -80,29 +104,46 @@ class TransformerModule(L.LightningModule):
         loss, nll, n_tokens = label_smoothed_nll(
             logits, targets, self.hparams.label_smoothing, self.pad_id
         )
-        if not torch.isfinite(loss):
-            self.diverged = True
-            self.trainer.should_stop = True
-            return None  # skip this update; the run ends with status "diverged"
         correct, total = token_accuracy(logits.detach(), targets, self.pad_id)
+        # Sums over the global batch: all DDP ranks take part, so they agree on divergence.
+        stats = (loss.detach() * n_tokens, nll * n_tokens, n_tokens, correct, total)
+        sums = torch.stack([x.float() for x in stats])
+        world = self.trainer.world_size
+        if world > 1:
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        loss_sum, nll_sum, g_tokens, g_correct, g_total = sums.unbind()
+        if not torch.isfinite(loss_sum):
+            self._diverge()
+            return None  # skip this update; the run ends with status "diverged"
+        g_n = g_tokens.clamp(min=1)
+        if world > 1 and self.hparams.loss_normalize == "tokens_global":
+            loss = loss * (n_tokens * world / g_n)  # DDP's mean over ranks: sum / N
         bs = targets.size(0)
-        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=bs)
-        self.log("train/nll", nll, on_step=True, batch_size=bs)
-        self.log("train/perplexity", torch.exp(nll), on_step=True, batch_size=bs)
-        self.log("train/token_acc", correct / total.clamp(min=1), on_step=True, batch_size=bs)
+        self.log("train/loss", loss_sum / g_n, on_step=True, prog_bar=True, batch_size=bs)
+        self.log("train/nll", nll_sum / g_n, on_step=True, batch_size=bs)
+        self.log("train/perplexity", torch.exp(nll_sum / g_n), on_step=True, batch_size=bs)
+        self.log("train/token_acc", g_correct / g_total.clamp(min=1), on_step=True, batch_size=bs)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, batch_size=bs)
-        self._n_tokens = int(n_tokens)
+        self._n_tokens = int(g_tokens)  # tokens_per_sec counts the global batch
         return loss
 
-    def on_train_start(self) -> None:
-        self.val_loss_best.reset()  # forget the sanity check
-        self.val_exact_match_best.reset()
+    def _diverge(self) -> None:
+        """A non-finite loss or gradient: stop within this step; status "diverged"."""
+        self.diverged = True
+        self.diverged_step = int(self.trainer.global_step)
+        self.trainer.should_stop = True
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        """Log the gradient norm before clipping (Lightning clips after this hook)."""
+        """Log the gradient norm before clipping (Lightning clips after this hook). A
+        non-finite norm drops the gradients (Adam skips parameters without one) and stops."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:
             norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+            if not torch.isfinite(norm):
+                for p in self.parameters():
+                    p.grad = None
+                self._diverge()
+                return
             self.log("train/grad_norm", norm, on_step=True)
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -123,7 +164,7 @@ class TransformerModule(L.LightningModule):
         m["loss"].update(loss, weight=n_tokens)
         m["nll"].update(nll, weight=n_tokens)
         m["token_acc"].update(correct / total.clamp(min=1), weight=total)
-        predicted = self.predict_sequences(batch)
+        predicted = self.predict_sequences(batch) if self.hparams.exact_match else None
         if predicted is not None:
             pred, ref = predicted
             m["exact_match"].update(exact_match(pred, ref, self.eos_id, self.pad_id).float())

@@ -1,0 +1,146 @@
+"""A typo in a config or a broken data file costs seconds (issue 6): each case ends in one line
+naming the key or the file, exit code 2, no traceback, and nothing written to a run directory."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli_errors import preflight
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def parallel(tmp: Path, **broken: Path) -> list[str]:
+    """data=parallel_text with valid 3-line files for every split, some replaced by `broken`."""
+    files = {}
+    for split in ("train", "val", "test"):
+        for side, lang in (("src", "en"), ("tgt", "de")):
+            key = f"{split}_{side}"
+            files[key] = broken.get(key) or write(tmp / f"{split}.{lang}", "a b\nc d\ne f\n")
+    return ["data=parallel_text", *(f"data.{k}={v}" for k, v in files.items())]
+
+
+def gz(path: Path, text: str) -> Path:
+    return write(path, gzip.compress(text.encode()))
+
+
+# (id, overrides built from tmp_path, text the one line must contain)
+CASES = [
+    ("pos_encoding", lambda t: ["model.pos_encoding=foo"], "model.pos_encoding='foo'"),
+    ("norm_position", lambda t: ["model.norm_position=middle"], "expected one of: pre, post"),
+    ("norm_type", lambda t: ["model.norm_type=batchnorm"], "model.norm_type"),
+    ("heads_divide", lambda t: ["model.n_heads=3"], "model.n_heads=3"),
+    ("d_k", lambda t: ["model.d_k=0"], "model.d_k"),
+    ("dropout", lambda t: ["model.dropout=-0.1"], "model.dropout=-0.1"),
+    ("unknown_key", lambda t: ["model.fooo=1"], "model.fooo"),
+    ("scheduler", lambda t: ["scheduler.name=nope"], "scheduler.name='nope'"),
+    ("warmup", lambda t: ["scheduler.warmup_steps=-1"], "scheduler.warmup_steps"),
+    ("lr_type", lambda t: ["optim.lr=abc"], "optim.lr"),
+    ("label_smoothing", lambda t: ["loss.label_smoothing=1.5"], "loss.label_smoothing"),
+    ("data_group", lambda t: ["data=nope"], "data='nope'"),
+    ("trainer_group", lambda t: ["trainer=nope"], "trainer='nope'"),
+    ("max_steps", lambda t: ["trainer.max_steps=abc"], "trainer.max_steps"),
+    ("batch_size", lambda t: ["data.batch_size=0"], "data.batch_size"),
+    (
+        "learned_too_short",
+        lambda t: ["model.pos_encoding=learned", "model.max_len=4"],
+        "model.max_len=4",
+    ),
+    ("resume_path", lambda t: [f"resume={t / 'nope.ckpt'}"], "resume="),
+    ("keep_last", lambda t: ["checkpoint.keep_last=0"], "checkpoint.keep_last"),
+    ("ckpt_steps", lambda t: ["checkpoint.every_n_steps=-5"], "checkpoint.every_n_steps"),
+    (
+        "decoder_only_parallel",
+        lambda t: ["model=lm_small", *parallel(t)],
+        "model.arch",
+    ),
+    ("missing_file", lambda t: parallel(t, train_src=t / "missing.en"), "missing.en"),
+    ("empty_file", lambda t: parallel(t, val_tgt=write(t / "empty.de", "")), "empty.de"),
+    (
+        "line_counts",
+        lambda t: parallel(t, train_tgt=write(t / "short.de", "x\ny\n")),
+        "short.de",
+    ),
+    (
+        "not_utf8",
+        lambda t: parallel(t, test_src=write(t / "latin1.en", "caf\xe9\n".encode("latin-1"))),
+        "latin1.en: not UTF-8",
+    ),
+    (
+        "corrupt_gzip",
+        lambda t: parallel(
+            t, train_src=write(t / "bad.en.gz", gzip.compress(b"a b\nc d\ne f\n")[:-6])
+        ),
+        "bad.en.gz: not a valid gzip file",
+    ),
+    (
+        "lm_missing_file",
+        lambda t: ["model=lm_small", "data=lm_text", f"data.path={t / 'corpus.txt'}"],
+        "corpus.txt",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, overrides, expected):
+    argv = [*overrides(tmp_path), f"paths.root={tmp_path / 'out'}"]
+    with pytest.raises(SystemExit) as info:
+        preflight(argv, CONF_DIR)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert err.startswith("attnlab-train: error: ") and expected in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_broken_data_leaves_an_existing_run_untouched(tmp_path):
+    """Same command, same run directory: after its data file breaks, the rerun stops at the
+    preflight and writes nothing into the directory of the earlier run."""
+    src = gz(tmp_path / "train.en.gz", "a b c\nd e f\ng h i\n" * 20)
+    tgt = gz(tmp_path / "train.de.gz", "x y z\nu v w\nr s t\n" * 20)
+    data = [
+        "data=parallel_text",
+        f"data.train_src={src}",
+        f"data.train_tgt={tgt}",
+        f"data.val_src={src}",
+        f"data.val_tgt={tgt}",
+        "data.vocab_size=40",
+        "model.d_model=16",
+        "model.n_heads=2",
+        "model.d_ff=32",
+        "model.n_encoder_layers=1",
+        "model.n_decoder_layers=1",
+        "trainer.max_steps=2",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.enable_progress_bar=false",
+        "logger=csv",
+        f"paths.root={tmp_path / 'out'}",
+    ]
+    env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "attnlab.train", *data]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run_dir,) = (tmp_path / "out" / "default").iterdir()
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*") if p.is_file()}
+
+    write(src, gzip.compress(b"a b c\n")[:-4])  # truncated gzip
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 2
+    assert again.stderr.count("\n") == 1 and str(src) in again.stderr
+    assert "Traceback" not in again.stderr
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*") if p.is_file()}
+    assert after == before

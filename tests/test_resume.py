@@ -1,0 +1,179 @@
+"""Runs that survive (issue 6): SIGKILL + rerun is bit-identical, SIGTERM checkpoints and stops,
+a truncated checkpoint is skipped, a completed run is not retrained, divergence is recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY
+
+pytestmark = pytest.mark.slow
+
+RUN = [
+    *[o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))],
+    "trainer.max_steps=80",
+    "trainer.val_check_interval=20",
+    "checkpoint.every_n_steps=5",
+    "model.dropout=0.1",  # dropout draws must continue exactly after a resume
+    "logger=wandb",
+]
+
+
+def command(root: Path, *extra: str) -> list[str]:
+    """The run's command; `extra` overrides replace RUN's values for the same keys."""
+    keys = {o.split("=", 1)[0] for o in extra}
+    base = [o for o in RUN if o.split("=", 1)[0] not in keys]
+    return [sys.executable, "-m", "attnlab.train", *base, f"paths.root={root}", *extra]
+
+
+def env(tmp_path: Path) -> dict:
+    return {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path), timeout=300)
+
+
+def run_dir(root: Path) -> Path:
+    (found,) = (root / "default").iterdir()
+    return found
+
+
+def results(root: Path) -> dict:
+    return json.loads((run_dir(root) / "results.json").read_text())
+
+
+def start_and_wait_for_checkpoint(cmd, tmp_path, root: Path, step: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env(tmp_path)
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if list(root.glob(f"default/*/checkpoints/step={step}.ckpt")):
+            return proc
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before step {step}: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.02)
+    proc.kill()
+    pytest.fail(f"no checkpoint at step {step} in time")
+
+
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
+    whole = run(command(tmp_path / "whole"), tmp_path)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    expected = results(tmp_path / "whole")
+
+    kill_step = random.choice(range(10, 50, 5))
+    print("killing after the checkpoint of step", kill_step)
+    root = tmp_path / "killed"
+    proc = start_and_wait_for_checkpoint(command(root), tmp_path, root, kill_step)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first_id = results(root)["wandb_run_id"]
+    assert results(root)["status"] == "running"  # killed: nothing could record anything else
+
+    again = run(command(root), tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming from" in again.stdout
+    final = results(root)
+    assert final["status"] == "completed" and final["steps"] == 80
+    # Bit for bit (JSON floats compared exactly), but for the wall-clock throughput.
+    assert _learned(final["metrics"]) == _learned(expected["metrics"])
+    assert final["wandb_run_id"] == first_id
+    offline_runs = list((run_dir(root) / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 2 and {p.name.rsplit("-", 1)[-1] for p in offline_runs} == {
+        first_id
+    }
+
+    done = run(command(root), tmp_path)  # a third time: nothing to do
+    assert done.returncode == 0 and "already completed" in done.stdout
+    assert _learned(results(root)["metrics"]) == _learned(expected["metrics"])
+
+
+def _learned(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k != "train/tokens_per_sec"}
+
+
+def test_sigterm_checkpoints_then_a_truncated_checkpoint_is_skipped(tmp_path):
+    root = tmp_path / "run"
+    proc = start_and_wait_for_checkpoint(command(root), tmp_path, root, 15)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 4  # EXIT_CODES["interrupted"]
+    record = results(root)
+    assert record["status"] == "interrupted"
+    last = run_dir(root) / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    interrupted_at = record["steps"]
+    assert 15 <= interrupted_at < 80
+
+    # Corrupt the newest checkpoint: the rerun must fall back to the previous one and say so.
+    os.utime(last)  # make sure it is the newest
+    last.write_bytes(last.read_bytes()[:1000])
+    again = run(command(root), tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"checkpoint {last} is unusable" in again.stdout
+    assert "falling back to the previous one" in again.stdout
+    assert results(root)["status"] == "completed"
+    assert results(root)["steps"] == 80
+
+
+def test_resume_never_starts_fresh_in_a_new_directory(tmp_path):
+    root = tmp_path / "r"
+    short = ["trainer.max_steps=10", "logger=csv"]
+    assert run(command(root, *short), tmp_path).returncode == 0
+    fresh = run(command(root, *short, "resume=never"), tmp_path)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    dirs = sorted(p.name for p in (root / "default").iterdir())
+    assert len(dirs) == 2 and dirs[1].startswith(dirs[0])  # <name>-<hash> and <name>-<hash>-<time>
+
+
+def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
+    """Post-LN, no warmup, a huge learning rate: the classic divergence. The trial stops within
+    a step with status "diverged" (exit code 3); the other trial of the sweep completes."""
+    sweep = tmp_path / "diverge.yaml"
+    sweep.write_text(
+        "name: diverge\n"
+        "method: grid\n"
+        "metric: {name: val/loss, goal: minimize}\n"
+        "program: attnlab-train\n"
+        "command: ['${env}', '${interpreter}', '-m', 'attnlab.train', '${args_no_hyphens}']\n"
+        "parameters:\n"
+        "  optim.lr: {values: [0.001, 1000.0]}\n"
+        "  model.norm_position: {value: post}\n"
+        "  scheduler.name: {value: constant}\n"
+        "  scheduler.warmup_steps: {value: 0}\n"
+    )
+    out = tmp_path / "sweep"
+    extra = [o for o in TINY if not o.startswith("trainer.max_steps")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.sweep", str(sweep), "--out", str(out), "--parallel", "2",
+         *extra, "trainer.max_steps=20", "logger=csv", f"paths.root={tmp_path / 'runs'}"],
+        capture_output=True, text=True, env=env(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    trials = summary["trials"] if isinstance(summary, dict) else summary
+    by_lr = {t["params"]["optim.lr"]: t for t in trials}
+    assert by_lr[1000.0]["status"] == "diverged"
+    assert by_lr[0.001]["status"] == "completed"
+    (diverged,) = [
+        json.loads(p.read_text())
+        for p in out.rglob("results.json")
+        if json.loads(p.read_text())["status"] == "diverged"
+    ]
+    # stopped within a step of the first non-finite loss or gradient
+    assert diverged["steps"] <= diverged["diverged_step"] + 1
