@@ -22,7 +22,10 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab.config import validate_config  # also registers the schemas in the ConfigStore
+from attnlab.config import (  # also registers the schemas in the ConfigStore
+    DataConfigError,
+    validate_config,
+)
 
 # Flags after which Hydra prints something instead of running: nothing to check.
 _INFO_FLAGS = (
@@ -67,7 +70,10 @@ def check(
 
 
 def describe(err: BaseException) -> str:
-    """One line for a Hydra / OmegaConf / validation error, naming the key (and choices)."""
+    """One line for a Hydra / OmegaConf / validation error, naming the key (and choices); for
+    problems with the data files, one line per problem."""
+    if isinstance(err, DataConfigError):
+        return "\n".join(_one_line(p) for p in err.problems)
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
         group, _, choice = err.missing_cfg_file.rpartition("/")
         if group and err.options:
@@ -138,5 +144,6 @@ def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-trai
             config_name=args.config_name or "train",
         )
     except ConfigError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        for line in str(err).splitlines():
+            print(f"{prog}: error: {line}", file=sys.stderr)
         raise SystemExit(2) from None

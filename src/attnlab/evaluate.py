@@ -1,28 +1,38 @@
 """attnlab-eval: score a checkpoint (or the average of several) on a split or on explicit files.
 
     attnlab-eval ckpt=outputs/.../checkpoints/last.ckpt                      # the run's test split
+    attnlab-eval ckpt=outputs/.../checkpoints                  # average its periodic step=*.ckpt
     attnlab-eval ckpt=[a.ckpt,b.ckpt,c.ckpt] split=val decode.beam_size=1   # averaged, greedy
     attnlab-eval ckpt=last.ckpt src_file=newstest.en ref_file=newstest.de out=eval/newstest
 
+Options (key=value): ckpt (a file, a list of files, or a checkpoints directory: its step=<n>.ckpt
+files; `last=N` keeps the newest N), split (test | val | train, from the run's data config),
+src_file + ref_file (instead of split), data.<key> (override the run's data config, e.g.
+data.root=...), decode.beam_size / length_penalty / max_len_a / max_len_b (default: the run's
+callbacks.translation_quality settings, else beam 4, length penalty 0.6, a=1, b=50; beam 1 is
+greedy), batch_size, device (auto | cpu | cuda), out.
+
 Prints BLEU and chrF (sacreBLEU on detokenized text, through torchmetrics), perplexity
 (teacher-forced, on the references) and writes <out>.json and <out>.hyp (one hypothesis per
-source line, in the input order). By default <out> is <run_dir>/eval/<split>.
+source line, in the input order). By default <out> is <run_dir>/eval/<split>. The run directory
+(the checkpoint's nearest parent holding config.yaml) must hold tokenizer.model.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from omegaconf import MISSING, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from tqdm import tqdm
 
 from attnlab.data.text import ParallelTextDataset, collate_seq2seq, read_lines
@@ -44,7 +54,8 @@ class DecodeConfig:
 
 @dataclass
 class EvalConfig:
-    ckpt: Any = MISSING  # one path or a list of paths (averaged)
+    ckpt: Any = MISSING  # one path, a list of paths (averaged) or a checkpoints directory
+    last: int | None = None  # with a directory: average only its newest `last` checkpoints
     split: str = "test"
     src_file: str | None = None
     ref_file: str | None = None
@@ -60,38 +71,96 @@ class EvalError(Exception):
 
 
 def parse_args(argv: list[str]) -> EvalConfig:
+    """The command line as an EvalConfig: `ckpt` expanded into a list of files, and decoding
+    settings defaulting to the run's own (callbacks.translation_quality in its config.yaml)."""
+    options = ", ".join(f.name for f in fields(EvalConfig))
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), OmegaConf.from_dotlist(argv))
-        paths = cfg.ckpt
+        cli = OmegaConf.from_dotlist(argv)
+        cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), cli)
+        if OmegaConf.is_missing(cfg, "ckpt"):
+            raise EvalError("ckpt=<checkpoint file, [list] or checkpoints directory> is required")
+        paths = checkpoint_paths(cfg.ckpt, cfg.last)
+        run_decode = _run_decode_settings(find_run_dir(Path(paths[0])))
+        cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), {"decode": run_decode}, cli)
+        cfg.ckpt = [str(p) for p in paths]
+    except ConfigKeyError as err:
+        raise EvalError(f"{err.full_key} is not an option; expected one of: {options}") from None
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or ""
-        raise EvalError(f"{key}: {str(err).splitlines()[0]}" if key else str(err)) from None
-    if isinstance(paths, str):
-        cfg.ckpt = [paths]
+        message = str(err).splitlines()[0]
+        raise EvalError(f"{key}: {message}" if key else message) from None
     if (cfg.src_file is None) != (cfg.ref_file is None):
         raise EvalError("src_file and ref_file go together: give both or neither")
     if cfg.decode.beam_size < 1:
         raise EvalError(f"decode.beam_size={cfg.decode.beam_size}: expected an integer >= 1")
+    if cfg.batch_size < 1:
+        raise EvalError(f"batch_size={cfg.batch_size}: expected an integer >= 1")
     return OmegaConf.to_object(cfg)
+
+
+_STEP_CKPT = re.compile(r"step=(\d+)\.ckpt$")
+
+
+def checkpoint_paths(ckpt: Any, last: int | None = None) -> list[Path]:
+    """`ckpt` (a path, a list of paths, or a directory) as the list of checkpoint files to
+    average. A directory stands for its periodic checkpoints step=<n>.ckpt, oldest first, of
+    which `last` keeps the newest."""
+    given = list(ckpt) if isinstance(ckpt, list | tuple) or OmegaConf.is_list(ckpt) else [ckpt]
+    if not given:
+        raise EvalError("ckpt=[] names no checkpoint")
+    if last is not None and last < 1:
+        raise EvalError(f"last={last}: expected an integer >= 1")
+    paths: list[Path] = []
+    for item in given:
+        path = Path(str(item)).expanduser()
+        if path.is_dir():
+            found = sorted(
+                (p for p in path.glob("step=*.ckpt") if _STEP_CKPT.search(p.name)),
+                key=lambda p: int(_STEP_CKPT.search(p.name).group(1)),
+            )
+            if not found:
+                raise EvalError(f"ckpt: {path} holds no periodic step=<n>.ckpt checkpoints")
+            paths += found[-last:] if last else found
+        elif not path.is_file():
+            raise EvalError(f"ckpt: file not found: {path}")
+        else:
+            paths.append(path)
+    return paths
+
+
+def find_run_dir(ckpt: Path) -> Path:
+    """The run directory of a checkpoint: its nearest parent holding config.yaml (a checkpoint
+    copied elsewhere: the parent of its folder, where tokenizer.model is then looked for)."""
+    ckpt = ckpt.resolve()
+    for parent in list(ckpt.parents)[:3]:
+        if (parent / "config.yaml").is_file():
+            return parent
+    return ckpt.parent.parent
+
+
+def _run_decode_settings(run_dir: Path) -> dict:
+    """The decoding settings the run used for val/ and test/bleu, if it logged BLEU."""
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        return {}
+    tq = OmegaConf.select(OmegaConf.load(cfg_path), "callbacks.translation_quality") or {}
+    return {k: tq[k] for k in ("beam_size", "length_penalty", "max_len_a", "max_len_b") if k in tq}
 
 
 def load_model(paths: list[str]) -> tuple[Transformer, dict, Path]:
     """The (averaged) model, the training hyper-parameters and the run directory."""
-    for p in paths:
-        if not Path(p).is_file():
-            raise EvalError(f"ckpt: file not found: {p}")
     try:
+        state = average_checkpoints(paths)  # loads each safely, checks they match
         first = torch.load(paths[0], map_location="cpu", weights_only=True)
-        state = average_checkpoints(paths)
-    except (ValueError, RuntimeError) as err:
-        raise EvalError(str(err)) from None
-    hparams = first.get("hyper_parameters", {})
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        raise EvalError(f"ckpt: {str(err).strip().splitlines()[0]}") from None
+    hparams = first.get("hyper_parameters", {}) if isinstance(first, dict) else {}
     if "model" not in hparams:
         raise EvalError(f"ckpt: {paths[0]} has no model hyper-parameters (not an attnlab run?)")
     model = Transformer(TransformerConfig(**hparams["model"]))
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     model.load_state_dict(weights)
-    return model.eval(), hparams, Path(paths[0]).resolve().parent.parent
+    return model.eval(), hparams, find_run_dir(Path(paths[0]))
 
 
 def split_files(run_dir: Path, split: str, data_overrides: dict) -> tuple[Path, Path]:
@@ -101,14 +170,18 @@ def split_files(run_dir: Path, split: str, data_overrides: dict) -> tuple[Path, 
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise EvalError(f"{cfg_path} not found: give src_file and ref_file instead of split")
-    data_cfg = OmegaConf.merge(OmegaConf.load(cfg_path).data, data_overrides)
-    datamodule = instantiate(OmegaConf.to_container(data_cfg, resolve=True))
+    try:
+        data_cfg = OmegaConf.merge(OmegaConf.load(cfg_path).data, data_overrides)
+        datamodule = instantiate(OmegaConf.to_container(data_cfg, resolve=True))
+    except Exception as err:  # a bad data.<key> override: instantiate wraps the cause
+        cause = err.__cause__ or err
+        raise EvalError(f"data: {str(cause).splitlines()[0]}") from None
     if not hasattr(datamodule, "split_files"):
         raise EvalError(f"data {data_cfg.get('name')!r} has no text splits to translate")
     try:
         return datamodule.split_files(split)
     except (KeyError, ValueError) as err:
-        raise EvalError(f"split={split!r}: {err}") from None
+        raise EvalError(str(err).strip("'")) from None
 
 
 def translate(model, tokenizer, dataset, cfg: EvalConfig, device, bos_id, eos_id) -> list[str]:
@@ -116,7 +189,8 @@ def translate(model, tokenizer, dataset, cfg: EvalConfig, device, bos_id, eos_id
     order = sorted(range(len(dataset)), key=lambda i: dataset.src_lens[i])
     hyps: list[str] = [""] * len(dataset)
     d = cfg.decode
-    for start in tqdm(range(0, len(order), cfg.batch_size), desc="decoding", unit="batch"):
+    progress = tqdm(total=len(order), desc="decoding", unit="sent", file=sys.stderr)
+    for start in range(0, len(order), cfg.batch_size):
         idx = order[start : start + cfg.batch_size]
         src = collate_seq2seq([dataset[i] for i in idx])["src"].to(device)
         if d.beam_size == 1:
@@ -128,6 +202,8 @@ def translate(model, tokenizer, dataset, cfg: EvalConfig, device, bos_id, eos_id
             )
         for i, text in zip(idx, tokenizer.decode_batch(out.tolist()), strict=True):
             hyps[i] = text
+        progress.update(len(idx))
+    progress.close()
     return hyps
 
 
@@ -206,7 +282,7 @@ def evaluate(cfg: EvalConfig) -> dict:
 
     out = Path(cfg.out) if cfg.out else run_dir / "eval" / name
     out.parent.mkdir(parents=True, exist_ok=True)
-    hyp_path = out.with_suffix(".hyp")
+    hyp_path, json_path = out.with_name(out.name + ".hyp"), out.with_name(out.name + ".json")
     hyp_path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     results = {
         "bleu": round(bleu, 2),
@@ -214,15 +290,16 @@ def evaluate(cfg: EvalConfig) -> dict:
         "perplexity": ppl,
         "nll": nll,
         "n_sentences": len(hyps),
-        "source": str(src_path),
-        "reference": str(ref_path),
-        "checkpoints": [str(p) for p in cfg.ckpt],
+        "source": str(Path(src_path).resolve()),
+        "reference": str(Path(ref_path).resolve()),
+        "checkpoints": [str(Path(p).resolve()) for p in cfg.ckpt],
         "averaged": len(cfg.ckpt) > 1,
         "decode": OmegaConf.to_container(OmegaConf.structured(cfg.decode)),
         "hypotheses": str(hyp_path),
+        "json": str(json_path),
         "wall_time_s": round(time.perf_counter() - started, 2),
     }
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
     return results
 
 
@@ -242,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
         f"perplexity {results['perplexity']:.2f}  ({results['n_sentences']} sentences, "
         f"beam {cfg.decode.beam_size}, {len(cfg.ckpt)} checkpoint(s))"
     )
-    print(f"results: {Path(results['hypotheses']).with_suffix('.json')}")
+    print(f"results: {results['json']}")
     print(f"hypotheses: {results['hypotheses']}")
 
 

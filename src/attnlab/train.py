@@ -45,6 +45,9 @@ from attnlab.training.module import module_for
 
 PROG = "attnlab-train"
 
+# Lightning 2.6 on torch 2.13 warns on every run about its own use of a torch internal.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+
 # Exit codes, also read by attnlab-sweep (results.json's status is the authority).
 EXIT_CODES = {"completed": 0, "failed": 1, "diverged": 3, "interrupted": 4}
 
@@ -166,7 +169,9 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         status = "diverged" if module.diverged else "completed"
         if trainer.interrupted or preemption.interrupted:
             status = "interrupted"
-        if status == "completed":
+        if status == "completed" and not _has_test_split(datamodule):
+            print(f"{PROG}: the data has no test split (data.test_src / test_tgt); not testing")
+        elif status == "completed":
             checkpoint = trainer.checkpoint_callback
             best = "best" if checkpoint is not None and checkpoint.best_model_path else None
             trainer.test(module, datamodule=datamodule, ckpt_path=best, weights_only=False)
@@ -215,6 +220,15 @@ def to_plain_safe(cfg: DictConfig) -> dict:
     tree = to_plain(cfg)
     tree.pop("hydra", None)
     return tree
+
+
+def _has_test_split(datamodule) -> bool:
+    """False for parallel text configured without test files (they are optional)."""
+    try:
+        getattr(datamodule, "split_files", lambda split: None)("test")
+    except ValueError:
+        return False
+    return True
 
 
 def _check_task(cfg: DictConfig, task: str) -> None:

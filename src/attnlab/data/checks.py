@@ -159,15 +159,18 @@ def file_problem(file: DataFile) -> tuple[str | None, int | None]:
 
 
 def file_problems(groups: Iterable[Sequence[DataFile]]) -> list[str]:
-    """Problems of every file; the files of one group must also have equal line counts."""
+    """Problems of every file; the files of one group must also have equal line counts.
+    A file named by several keys (data.train_src = data.val_src) is read and reported once,
+    under the first key."""
     problems, seen = [], {}
     for group in groups:
         counts = []
         for file in group:
-            if file not in seen:  # a file named twice is read and reported once
-                seen[file] = file_problem(file)
-                problems += present(seen[file][0])
-            counts.append(seen[file][1])
+            same = (file.path, file.kind, file.download) if file.path else file
+            if same not in seen:
+                seen[same] = file_problem(file)
+                problems += present(seen[same][0])
+            counts.append(seen[same][1])
         first = group[0]
         for file, n in zip(group[1:], counts[1:], strict=True):
             if n is not None and counts[0] is not None and n != counts[0]:

@@ -43,7 +43,8 @@ def _splits_problem(splits) -> str | None:
 class LMTextDataModule(TokenizedDataModule):
     """Decoder-only language modelling on a plain or gzip UTF-8 text file at `path`.
 
-    batch_size: blocks per batch; default max_tokens // block_size.
+    batch_size: blocks per step, global (W DDP ranks take batch_size / W each, so W must
+        divide it); default max_tokens // block_size.
     splits: (train, val, test) fractions of the text, contiguous, in that order.
     """
 

@@ -9,7 +9,8 @@ Epochs: the training sampler reads `trainer.current_epoch` whenever iteration st
 order reshuffles every epoch whether or not the Trainer rebuilds the loader
 (`reload_dataloaders_every_n_epochs`); see attnlab.data.batching. In multi-GPU runs set
 `Trainer(use_distributed_sampler=False)`: the sampler shards batches over ranks itself
-(num_replicas / rank taken from the trainer).
+(num_replicas / rank taken from the trainer). `max_tokens` is the global budget of a step:
+each of W ranks gets its own batches of about max_tokens // W tokens.
 """
 
 from __future__ import annotations

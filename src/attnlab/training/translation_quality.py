@@ -2,11 +2,15 @@
 
 Scores are on detokenized text (the SentencePiece decode of the hypothesis against the raw
 reference line), with sacreBLEU's standard 13a tokenization, as the sacreBLEU paper recommends:
-these are the numbers comparable across papers. On validation only the first `val_subset`
-sentences are decoded, every `every_n_val` validations (beam search is slow); on test, all.
+these are the numbers comparable across papers. On validation only about `val_subset` sentences
+are decoded, every `every_n_val` validations (beam search is slow): every k-th sentence of the
+validation loader, which serves sentences sorted by length, so the subset spans all lengths
+(the same sentences at every validation); on test, all of them.
 """
 
 from __future__ import annotations
+
+import math
 
 import lightning as L
 import torch
@@ -40,17 +44,24 @@ class TranslationQuality(L.Callback):
         self.chrf = CHRFScore()
         self.bleu_best: float | None = None
         self._n_val = 0
-        self._seen = 0
+        self._seen = 0  # sentences scored in this epoch
+        self._position = 0  # sentences served by the loader in this epoch
+        self._stride = 1  # score every _stride-th of them
         self._active = False
         self._samples: list[tuple[str, str, str]] = []
 
     # --- shared -------------------------------------------------------------------------
-    def _start(self, pl_module: L.LightningModule, active: bool) -> None:
+    def _start(self, pl_module: L.LightningModule, active: bool, n_sentences: int | None) -> None:
+        """Reset for an epoch of `n_sentences` (None: unknown); with a val_subset, score every
+        k-th sentence so that about val_subset of them are scored."""
         for metric in (self.bleu, self.chrf):
             metric.to(pl_module.device)
         self.bleu.reset()
         self.chrf.reset()
-        self._seen = 0
+        self._seen = self._position = 0
+        self._stride = 1
+        if n_sentences and self.val_subset and active:
+            self._stride = max(1, math.ceil(n_sentences / self.val_subset))
         self._samples = []
         self._active = active
 
@@ -58,6 +69,13 @@ class TranslationQuality(L.Callback):
         if not self._active or "tgt_text" not in batch:
             return
         src, refs, srcs = batch["src"], list(batch["tgt_text"]), list(batch.get("src_text", []))
+        first, self._position = self._position, self._position + len(refs)
+        if self._stride > 1:
+            keep = [i for i in range(len(refs)) if (first + i) % self._stride == 0]
+            if not keep:
+                return
+            src, refs = src[keep], [refs[i] for i in keep]
+            srcs = [srcs[i] for i in keep] if srcs else srcs
         if limit is not None:
             keep = max(0, limit - self._seen)
             if keep == 0:
@@ -100,7 +118,8 @@ class TranslationQuality(L.Callback):
             self._active = False
             return
         self._n_val += 1
-        self._start(pl_module, active=(self._n_val - 1) % self.every_n_val == 0)
+        active = (self._n_val - 1) % self.every_n_val == 0
+        self._start(pl_module, active, _n_sentences(trainer.val_dataloaders))
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
         with torch.no_grad():
@@ -111,7 +130,7 @@ class TranslationQuality(L.Callback):
 
     # --- test ---------------------------------------------------------------------------
     def on_test_epoch_start(self, trainer, pl_module) -> None:
-        self._start(pl_module, active=True)
+        self._start(pl_module, active=True, n_sentences=None)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
         with torch.no_grad():
@@ -127,3 +146,14 @@ class TranslationQuality(L.Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self._n_val = state_dict.get("n_val", 0)
         self.bleu_best = state_dict.get("bleu_best")
+
+
+def _n_sentences(loader) -> int | None:
+    """Sentences a (single) evaluation loader serves on this rank, if its batch sampler says."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is None or isinstance(loader, list | tuple):
+        return None
+    try:
+        return sum(len(batch) for batch in batch_sampler)
+    except TypeError:
+        return None

@@ -1,0 +1,198 @@
+"""Translation end to end on slices of Multi30K: attnlab-train with data=parallel_text and
+callbacks=translation logs BLEU and keeps its tokenizer; attnlab-eval scores its checkpoints
+(one, averaged, a directory), in-process and as a command, and rejects bad input in one line."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli_errors import compose_config
+from attnlab.data.text import read_lines
+from attnlab.data.tokenizer import Tokenizer
+from attnlab.evaluate import main
+from attnlab.train import train
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = Path(__file__).parents[2] / "shared" / "data" / "multi30k"
+pytestmark = [
+    pytest.mark.data,
+    pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"{MULTI30K} absent (shared test data)"),
+]
+N_TRAIN, N_EVAL = 300, 40
+MAX_LEN_B = 8  # short outputs keep beam search fast while the model is untrained
+
+
+def _slice(split: str, lang: str, n: int, dest: Path) -> Path:
+    lines = read_lines(MULTI30K / f"{split}.{lang}.gz")[:n]
+    dest.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    """A tiny encoder-decoder trained for 6 steps on 300 pairs (val / test: 40 pairs each)."""
+    root = tmp_path_factory.mktemp("translation")
+    files = {}
+    for split, name, n in (("train", "train", N_TRAIN), ("val", "val", N_EVAL)):
+        for side, lang in (("src", "en"), ("tgt", "de")):
+            files[f"{split}_{side}"] = _slice(name, lang, n, root / f"{split}.{lang}")
+    for side, lang in (("src", "en"), ("tgt", "de")):
+        files[f"test_{side}"] = _slice("test_2016_flickr", lang, N_EVAL, root / f"test.{lang}")
+    run_dir = root / "run"
+    overrides = [
+        "data=parallel_text",
+        *(f"data.{key}={path}" for key, path in files.items()),
+        "data.vocab_size=300",
+        "data.max_tokens=600",
+        f"data.cache_dir={root / 'cache'}",
+        "model.d_model=32",
+        "model.n_heads=2",
+        "model.d_ff=64",
+        "model.n_encoder_layers=1",
+        "model.n_decoder_layers=1",
+        "callbacks=translation",
+        f"callbacks.translation_quality.max_len_b={MAX_LEN_B}",
+        "callbacks.translation_quality.val_subset=10",
+        "scheduler.warmup_steps=2",
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=3",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        "checkpoint.every_n_steps=3",
+        "checkpoint.every_minutes=null",
+        "logger=none",
+        f"paths.run_dir={run_dir}",
+    ]
+    results = train(compose_config(REPO / "conf", overrides), overrides)
+    return {"results": results, "run_dir": run_dir, "files": files, "root": root}
+
+
+def _eval(argv: list[str], capsys) -> tuple[dict, list[str], str]:
+    main(argv)
+    out = capsys.readouterr().out
+    json_path = Path(out.split("results: ")[1].splitlines()[0])
+    results = json.loads(json_path.read_text())
+    hyps = Path(results["hypotheses"]).read_text(encoding="utf-8").split("\n")
+    assert hyps[-1] == ""  # one line per hypothesis, newline-terminated
+    return results, hyps[:-1], out
+
+
+def test_translation_run_logs_bleu_and_keeps_its_tokenizer(run):
+    results, run_dir = run["results"], run["run_dir"]
+    assert results["status"] == "completed" and results["steps"] == 6
+    metrics = results["metrics"]
+    for key in ("val/bleu", "val/chrf", "val/bleu_best", "test/bleu", "test/chrf"):
+        assert 0 <= metrics[key] <= 100, key
+    assert metrics["test/chrf"] > 0  # something was decoded and scored
+    assert metrics["val/bleu_best"] >= metrics["val/bleu"]
+    assert not any("exact_match" in key for key in metrics)  # greedy exact match: synthetic only
+    assert json.loads((run_dir / "results.json").read_text())["metrics"] == metrics
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"val/bleu", "test/bleu", "val/loss"} <= set(header)
+
+    tokenizer = Tokenizer.from_file(run_dir / "tokenizer.model")
+    assert tokenizer.vocab_size == 300
+    line = read_lines(run["files"]["test_src"])[0]
+    assert tokenizer.decode(tokenizer.encode(line)) == line
+
+
+def test_eval_reproduces_the_callback_and_writes_json_and_hypotheses(run, capsys, tmp_path):
+    ckpts = run["run_dir"] / "checkpoints"
+    best = next(ckpts.glob("best-step=*.ckpt"))  # what trainer.test scored
+    results, hyps, out = _eval([f"ckpt={best}", f"out={tmp_path / 'test'}"], capsys)
+    assert out.startswith("BLEU ") and "perplexity" in out and "40 sentences, beam 4" in out
+    assert (tmp_path / "test.json").is_file() and (tmp_path / "test.hyp").is_file()
+    assert results["n_sentences"] == len(hyps) == N_EVAL
+    assert results["decode"]["max_len_b"] == MAX_LEN_B  # the run's decoding settings
+    assert results["source"] == str(run["files"]["test_src"].resolve())
+    assert 1 < results["perplexity"] < 1000 and results["averaged"] is False
+    train_metrics = run["results"]["metrics"]
+    assert results["bleu"] == pytest.approx(train_metrics["test/bleu"], abs=0.01)
+    assert results["chrf"] == pytest.approx(train_metrics["test/chrf"], abs=0.01)
+    assert results["perplexity"] == pytest.approx(train_metrics["test/perplexity"], rel=1e-3)
+
+
+def test_averaging_identical_checkpoints_changes_nothing(run, capsys, tmp_path):
+    last = run["run_dir"] / "checkpoints" / "last.ckpt"
+    copies_dir = run["run_dir"] / "copies"  # within the run: its tokenizer and config are found
+    copies_dir.mkdir(exist_ok=True)
+    copies = [shutil.copy(last, copies_dir / name) for name in ("a.ckpt", "b.ckpt")]
+    one, hyps_one, _ = _eval([f"ckpt={last}", "split=val", f"out={tmp_path / 'one'}"], capsys)
+    two, hyps_two, out = _eval(
+        [f"ckpt=[{copies[0]},{copies[1]}]", "split=val", f"out={tmp_path / 'two'}"], capsys
+    )
+    assert "2 checkpoint(s)" in out and two["averaged"] is True
+    assert hyps_two == hyps_one and len(hyps_one) == N_EVAL
+    assert (two["bleu"], two["chrf"]) == (one["bleu"], one["chrf"])
+    assert two["perplexity"] == pytest.approx(one["perplexity"], rel=1e-6)
+
+
+def test_a_checkpoints_directory_averages_its_periodic_checkpoints(run, capsys, tmp_path):
+    ckpts = run["run_dir"] / "checkpoints"
+    both, _, _ = _eval([f"ckpt={ckpts}", "split=val", f"out={tmp_path / 'both'}"], capsys)
+    assert [Path(p).name for p in both["checkpoints"]] == ["step=3.ckpt", "step=6.ckpt"]
+    newest, _, _ = _eval([f"ckpt={ckpts}", "last=1", f"out={tmp_path / 'newest'}"], capsys)
+    alone, _, _ = _eval([f"ckpt={ckpts / 'step=6.ckpt'}", f"out={tmp_path / 'alone'}"], capsys)
+    assert newest["checkpoints"] == alone["checkpoints"]
+    assert newest["perplexity"] == alone["perplexity"]
+    # the mean of steps 3 and 6 is a different model from either
+    single, _, _ = _eval([f"ckpt={ckpts / 'step=6.ckpt'}", "split=val"], capsys)
+    assert both["perplexity"] != pytest.approx(single["perplexity"], rel=1e-6)
+
+
+def test_eval_command_on_explicit_files(run, tmp_path):
+    src = gzip.compress(run["files"]["val_src"].read_bytes())
+    (tmp_path / "src.en.gz").write_bytes(src)  # gzip input is read too
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.evaluate",
+            f"ckpt={run['run_dir'] / 'checkpoints' / 'last.ckpt'}",
+            f"src_file={tmp_path / 'src.en.gz'}",
+            f"ref_file={run['files']['val_tgt']}",
+            "decode.beam_size=1",
+            f"out={tmp_path / 'greedy'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "WANDB_MODE": "disabled"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "BLEU" in proc.stdout and "beam 1" in proc.stdout
+    assert "decoding" in proc.stderr  # the progress bar
+    results = json.loads((tmp_path / "greedy.json").read_text())
+    hyps = (tmp_path / "greedy.hyp").read_text(encoding="utf-8").splitlines()
+    assert results["n_sentences"] == len(hyps) == N_EVAL and results["decode"]["beam_size"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ckpt=/nonexistent/x.ckpt"], "ckpt: file not found: /nonexistent/x.ckpt"),
+        (["ckpt={last}", "src_file=a.en"], "src_file and ref_file go together"),
+        (["split=val"], "ckpt=<checkpoint file, [list] or checkpoints directory> is required"),
+        (["ckpt={last}", "beam=2"], "beam is not an option; expected one of: ckpt, last, split"),
+        (["ckpt={last}", "split=dev"], "split='dev'; choose one of train, val, test"),
+        (["ckpt={last}", "decode.beam_size=0"], "decode.beam_size=0: expected an integer >= 1"),
+        (["ckpt={bad}"], "ckpt: checkpoint {bad} cannot be read"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(run, capsys, tmp_path, args, message):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    names = {"last": run["run_dir"] / "checkpoints" / "last.ckpt", "bad": bad}
+    with pytest.raises(SystemExit) as info:
+        main([a.format(**names) for a in args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("attnlab-eval: error: ")
+    assert message.format(**names) in err

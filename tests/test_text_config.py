@@ -1,0 +1,164 @@
+"""The text data options of the `data` group (multi30k, parallel_text, lm_text,
+tinyshakespeare) and the text presets: typed schemas that mirror the DataModules, the data
+preflight (one line per problem, exit 2), and which runs compute greedy exact match."""
+
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from hydra.utils import instantiate
+
+from attnlab.cli_errors import preflight
+from attnlab.config import DataConfigError, exact_match_enabled, to_plain, validate_config
+from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
+from attnlab.data.translation import Multi30kDataModule, TranslationDataModule
+from attnlab.data_schema import (
+    LMTextDataConfig,
+    Multi30kDataConfig,
+    ParallelTextDataConfig,
+    TinyShakespeareDataConfig,
+)
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+DATA = Path(__file__).parents[2] / "shared" / "data"
+MULTI30K = DATA / "multi30k"
+needs_data = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"{MULTI30K} absent")
+
+# Arguments a subclass inherits but rejects (it reads its files from data.root).
+REJECTED = {
+    "multi30k": {f"{s}_{side}" for s in ("train", "val", "test") for side in ("src", "tgt")},
+    "tinyshakespeare": {"path"},
+}
+SCHEMAS = {
+    "parallel_text": (ParallelTextDataConfig, TranslationDataModule),
+    "multi30k": (Multi30kDataConfig, Multi30kDataModule),
+    "lm_text": (LMTextDataConfig, LMTextDataModule),
+    "tinyshakespeare": (TinyShakespeareDataConfig, TinyShakespeareDataModule),
+}
+
+
+def _constructor_defaults(cls) -> dict:
+    """Every argument of cls.__init__ (following **kwargs up the hierarchy) with its default."""
+    args, _ = cls.arguments({})
+    return args
+
+
+@pytest.mark.parametrize("option", sorted(SCHEMAS))
+def test_schema_mirrors_the_datamodule(option):
+    schema, cls = SCHEMAS[option]
+    defaults = _constructor_defaults(cls)
+    names = {f.name for f in fields(schema)} - {"_target_"}
+    assert names == set(defaults) - REJECTED.get(option, set())
+    for f in fields(schema):
+        if f.name in ("_target_", "seed"):
+            continue  # seed follows the run's ${seed}
+        value = f.default_factory() if f.default is MISSING else f.default
+        value = getattr(value, "value", value)  # Enums -> str
+        expected = defaults[f.name]
+        assert value == (list(expected) if isinstance(expected, tuple) else expected), f.name
+    target = next(f.default for f in fields(schema) if f.name == "_target_")
+    assert target == f"{cls.__module__}.{cls.__name__}"
+
+
+@pytest.mark.parametrize("option", sorted(SCHEMAS))
+def test_each_text_option_composes_and_instantiates(compose, option, tmp_path):
+    model = "lm_small" if option in ("lm_text", "tinyshakespeare") else "small"
+    cfg = compose([f"data={option}", f"model={model}", f"data.cache_dir={tmp_path}"])
+    dm = instantiate(to_plain(cfg.data))
+    assert isinstance(dm, SCHEMAS[option][1]) and dm.seed == cfg.seed
+    assert exact_match_enabled(cfg) is False
+    assert exact_match_enabled(compose([f"data={option}", f"model={model}", "exact_match=true"]))
+    assert exact_match_enabled(compose(["data=reverse"])) is True
+
+
+def test_types_and_keys_are_checked_when_composing(compose):
+    for override in (
+        "data.max_tokens=lots",
+        "data.src_lang=fr",
+        "data.tokenizer_type=wordpiece",
+        "data.train_src=x.en",  # multi30k reads data.root
+    ):
+        with pytest.raises(ConfigCompositionException):
+            compose(["data=multi30k", override])
+
+
+def _preflight_lines(capsys, argv: list[str]) -> list[str]:
+    with pytest.raises(SystemExit) as info:
+        preflight(argv, CONF_DIR)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert all(line.startswith("attnlab-train: error: data.") for line in lines), err
+    return [line.removeprefix("attnlab-train: error: ") for line in lines]
+
+
+def test_preflight_reports_each_data_problem_on_one_line(capsys, tmp_path):
+    lines = _preflight_lines(capsys, ["data=parallel_text"])
+    assert [line.split(":")[0] for line in lines] == ["data.train_src", "data.train_tgt"]
+
+    src, tgt, empty = tmp_path / "a.en", tmp_path / "a.de", tmp_path / "b.de"
+    src.write_text("one\ntwo\nthree\n")
+    tgt.write_text("eins\nzwei\n")
+    empty.write_text("")
+    lines = _preflight_lines(
+        capsys,
+        [
+            "data=parallel_text",
+            f"data.train_src={src}",
+            f"data.train_tgt={tgt}",
+            f"data.val_src={src}",
+            f"data.val_tgt={empty}",
+        ],
+    )
+    assert lines == [
+        f"data.train_tgt: {tgt}: 2 lines but data.train_src {src} has 3; "
+        "parallel files must be line-aligned",
+        f"data.val_tgt: {empty}: file is empty",
+    ]
+    gone = tmp_path / "gone.en"  # one missing file named by two keys: reported once
+    lines = _preflight_lines(
+        capsys,
+        ["data=parallel_text", f"data.train_src={gone}", f"data.train_tgt={tgt}"]
+        + [f"data.val_src={gone}", f"data.val_tgt={tgt}"],
+    )
+    assert lines == [f"data.train_src: {gone}: missing"]
+    lines = _preflight_lines(
+        capsys,
+        ["data=multi30k", f"data.root={tmp_path / 'none'}", "data.download=false"],
+    )
+    assert len(lines) == 6 and all("missing (and download=false)" in line for line in lines)
+    lines = _preflight_lines(
+        capsys, ["model=lm_small", "data=lm_text", f"data.path={tmp_path / 'x.txt'}"]
+    )
+    assert lines == [f"data.path: {tmp_path / 'x.txt'}: missing"]
+
+
+def test_validate_config_raises_the_problems(compose, tmp_path):
+    cfg = compose(["data=parallel_text", f"data.train_src={tmp_path / 'x'}"])
+    with pytest.raises(DataConfigError) as info:
+        validate_config(cfg)
+    assert [p.split(":")[0] for p in info.value.problems] == ["data.train_src", "data.train_tgt"]
+
+
+@needs_data
+def test_shared_multi30k_passes_the_preflight(compose, capsys):
+    preflight(["data=multi30k", f"data.root={MULTI30K}", "data.download=false"], CONF_DIR)
+    preflight(["experiment=multi30k_cpu", f"data.root={MULTI30K}"], CONF_DIR)
+    preflight(["experiment=tinyshakespeare", f"data.root={DATA / 'tinyshakespeare'}"], CONF_DIR)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("option", ["multi30k", "multi30k_cpu", "tinyshakespeare"])
+def test_text_presets(compose, option):
+    cfg = compose([f"experiment={option}"])
+    assert cfg.name == option and exact_match_enabled(cfg) is False
+    if option.startswith("multi30k"):
+        assert cfg.callbacks.translation_quality.beam_size == 4
+        assert cfg.callbacks.translation_quality.length_penalty == 0.6
+        assert cfg.loss.label_smoothing == 0.1 and cfg.checkpoint.keep_last == 5
+        assert cfg.data._target_.endswith("Multi30kDataModule")
+    else:
+        assert to_plain(cfg.model)["arch"] == "decoder_only" and cfg.data.block_size == 256
+        assert cfg.data.tokenizer_type.value == "char"
