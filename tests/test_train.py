@@ -214,7 +214,7 @@ def test_default_run_learns_reverse(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (record,) = (tmp_path / "runs" / "default").glob("*/*/results.json")
+    (record,) = (tmp_path / "runs" / "default").glob("*/results.json")
     results = json.loads(record.read_text())
     assert results["status"] == "completed"
     assert results["metrics"]["test/exact_match"] >= 0.95
