@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.dotted import flatten
+
 # Keys that never define an experimental condition (per-run names, paths, logger settings).
 DEFAULT_IGNORE = (
     "seed",
@@ -86,18 +88,6 @@ def find_results(paths: Iterable[str | os.PathLike]) -> list[Path]:
         for c in candidates:
             found.setdefault(c.resolve(), None)
     return sorted(found)
-
-
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    """{'model': {'n_heads': 8}} -> {'model.n_heads': 8}; dotted keys stay as they are."""
-    flat: dict[str, Any] = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def load_run(path: Path) -> Run:

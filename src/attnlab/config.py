@@ -25,6 +25,7 @@ from attnlab.data.checks import check_data_config
 from attnlab.data.synthetic import SYNTHETIC_TASKS, SyntheticDataModule
 from attnlab.data.vocab import NUM_SPECIAL
 from attnlab.data_schema import TEXT_DATA_SCHEMAS
+from attnlab.dotted import flatten  # noqa: F401 (re-exported)
 from attnlab.model.config import (
     ACTIVATIONS,
     ARCHS,
@@ -244,18 +245,6 @@ register_configs()
 def to_plain(node) -> Any:
     """A composed config node as plain Python (dicts, lists, str instead of Enums), resolved."""
     return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{"model": {"n_heads": 8}} -> {"model.n_heads": 8}; lists are kept as values."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, dotted + "."))
-        else:
-            flat[dotted] = value
-    return flat
 
 
 def transformer_config(model: DictConfig | dict, vocab_size: int, pad_id: int) -> TransformerConfig:
