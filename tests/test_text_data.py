@@ -10,6 +10,7 @@ import lightning as L
 import pytest
 import torch
 
+from attnlab.data.batching import BlockBatchSampler
 from attnlab.data.download import KNOWN_FILES, DownloadError, RemoteFile, sha256_file
 from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
 from attnlab.data.text import ParallelTextDataset, collate_seq2seq, read_lines
@@ -265,6 +266,17 @@ def test_lm_text_file_bpe_and_splits(tmp_path):
     assert len(dm.stream("train")) < 0.6 * len(parts["train"])  # subwords, not characters
     with pytest.raises(ValueError, match=r"data.splits=\[0.5, 0.1, 0.1\]"):
         LMTextDataModule(path=str(path), splits=[0.5, 0.1, 0.1])
+
+
+def test_lm_default_batch_fits_any_world_size_but_a_given_one_must_divide(tmp_path):
+    path = _slice(SHAKESPEARE / "input.txt.gz", tmp_path / "play.txt", 400, compress=False)
+    common = dict(path=str(path), block_size=16, max_tokens=80, cache_dir=str(tmp_path))
+    default = LMTextDataModule(**common)  # max_tokens // block_size = 5 blocks per step
+    assert [default.global_batch_size(w) for w in (1, 2, 3, 4, 8)] == [5, 4, 3, 4, 8]
+    given = LMTextDataModule(batch_size=5, **common)
+    assert given.global_batch_size(2) == 5  # as given: the sampler rejects it, naming the key
+    with pytest.raises(ValueError, match=r"data.batch_size=5 is not divisible by the world size 2"):
+        BlockBatchSampler(1000, 16, given.global_batch_size(2), num_replicas=2, rank=0)
 
 
 def test_tinyshakespeare_finds_plain_or_gzip_and_downloads_when_missing(tmp_path, monkeypatch):

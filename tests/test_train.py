@@ -57,6 +57,22 @@ def test_short_run_writes_the_run_directory(compose, tiny_run, tmp_path, data, m
     assert max(float(r["train/lr"]) for r in rows if r["train/lr"]) > 0
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(
+    compose, tiny_run, tmp_path, monkeypatch, capsys, native
+):
+    import attnlab.train
+
+    monkeypatch.setattr(attnlab.train, "cpu_has_native_bf16", lambda: native)
+    results, _ = _run(compose, tiny_run, tmp_path, "trainer.precision=bf16-mixed")
+    assert results["status"] == "completed"
+    warned = [line for line in capsys.readouterr().err.splitlines() if "emulated" in line]
+    assert len(warned) == (0 if native else 1)
+    if warned:
+        assert warned[0].startswith("attnlab-train: warning: trainer.precision=bf16-mixed")
+        assert "trainer.precision=32-true" in warned[0]
+
+
 def test_training_lowers_the_loss(compose, tiny_run, tmp_path):
     results, run_dir = _run(
         compose,

@@ -44,7 +44,8 @@ class LMTextDataModule(TokenizedDataModule):
     """Decoder-only language modelling on a plain or gzip UTF-8 text file at `path`.
 
     batch_size: blocks per step, global (W DDP ranks take batch_size / W each, so W must
-        divide it); default max_tokens // block_size.
+        divide it); unset: max_tokens // block_size, rounded down to a multiple of W (at
+        least W), so that the default works on any number of ranks.
     splits: (train, val, test) fractions of the text, contiguous, in that order.
     """
 
@@ -81,6 +82,7 @@ class LMTextDataModule(TokenizedDataModule):
         self.splits = tuple(float(f) for f in splits)
         self.block_size = block_size
         self.batch_size = batch_size or max(1, max_tokens // block_size)
+        self._batch_size_given = batch_size is not None
         self.streams: dict[str, torch.Tensor] = {}
         self._texts: dict[str, str] | None = None
 
@@ -140,13 +142,20 @@ class LMTextDataModule(TokenizedDataModule):
         for split in splits:
             log.info("%s: %d tokens", split, len(self.stream(split)))
 
+    def global_batch_size(self, num_replicas: int) -> int:
+        """Blocks per step over all ranks: data.batch_size as given (the sampler checks that
+        the ranks divide it), or the default rounded down to a multiple of num_replicas."""
+        if self._batch_size_given:
+            return self.batch_size
+        return max(num_replicas, self.batch_size // num_replicas * num_replicas)
+
     def _dataloader(self, split: str) -> DataLoader:
         num_replicas, rank = self._replicas()
         train = split == "train"
         sampler = BlockBatchSampler(
             len(self.stream(split)),
             self.block_size,
-            self.batch_size,
+            self.global_batch_size(num_replicas),
             shuffle=train,
             seed=self.seed,
             num_replicas=num_replicas,
