@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,6 +140,36 @@ def test_resume_never_starts_fresh_in_a_new_directory(tmp_path):
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     dirs = sorted(p.name for p in (root / "default").iterdir())
     assert len(dirs) == 2 and dirs[1].startswith(dirs[0])  # <name>-<hash> and <name>-<hash>-<time>
+
+
+def test_a_run_made_before_a_preset_was_edited_is_refused_not_reported(tmp_path):
+    """The run-dir hash covers the command line, not preset files: after an edit, the same
+    command must not answer "already completed" with the old config's results."""
+    conf = tmp_path / "conf"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "conf", conf)
+    root, short = tmp_path / "r", ["trainer.max_steps=10", "logger=csv"]
+    edited_env = {**env(tmp_path), "ATTNLAB_CONF_DIR": str(conf)}
+
+    def attnlab_train(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(command(root, *short, *extra), capture_output=True, text=True,
+                              env=edited_env, timeout=300)  # fmt: skip
+
+    assert attnlab_train().returncode == 0
+    done = run_dir(root)
+    before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}
+    assert attnlab_train().returncode == 0  # unchanged: "already completed"
+    adam = conf / "optim" / "adam.yaml"
+    adam.write_text(adam.read_text().replace("weight_decay: 0.0", "weight_decay: 0.01"))
+    refused = attnlab_train()
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(f"attnlab-train: error: {done} was trained with a different")
+    assert "(optim.weight_decay: 0.0 -> 0.01)" in refused.stderr
+    assert "resume=never" in refused.stderr
+    assert {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()} == before
+    fresh = attnlab_train("resume=never")
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert len(list((root / "default").iterdir())) == 2
 
 
 def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):

@@ -1,6 +1,16 @@
 """Deterministic run identity: same run, same directory and W&B id; different run, different."""
 
-from attnlab.run_identity import defining_overrides, run_dir_name, run_hash, wandb_run_id
+import json
+
+from attnlab.run_identity import (
+    config_drift,
+    defining_overrides,
+    run_dir_name,
+    run_hash,
+    wandb_run_id,
+)
+from attnlab.sweeps.runner import TrialResult, finish
+from attnlab.sweeps.spec import Trial
 
 
 def test_same_run_same_name_whatever_the_order_and_the_plumbing():
@@ -31,3 +41,39 @@ def test_readable_names_and_fresh_directories():
 def test_wandb_id_follows_the_run_directory(tmp_path):
     assert wandb_run_id(tmp_path / "a") == wandb_run_id(tmp_path / "a")
     assert wandb_run_id(tmp_path / "a") != wandb_run_id(tmp_path / "b")
+
+
+def test_config_drift_names_defining_keys_only():
+    stored = {
+        "model": {"dropout": 0.1, "n_heads": 8},
+        "optim": {"betas": [0.9, 0.98]},
+        "paths": {"run_dir": "/a"},
+        "logger": {"wandb": {"project": "x"}},
+        "checkpoint": {"keep_last": 5},
+    }
+    same = {**stored, "paths": {"run_dir": "/b"}, "logger": {}, "checkpoint": {"keep_last": 2}}
+    assert config_drift(stored, same) == []  # where it writes, how it logs: not the run
+    edited = {**stored, "model": {"dropout": 0.3}, "optim": {"betas": [0.9, 0.999]}, "seed": 2}
+    assert config_drift(stored, edited) == [
+        "model.dropout: 0.1 -> 0.3",
+        "model.n_heads: 8 -> <absent>",
+        "optim.betas: [0.9, 0.98] -> [0.9, 0.999]",
+        "seed: <absent> -> 2",
+    ]
+
+
+def test_a_trial_refused_with_exit_2_is_not_credited_with_an_older_results_json(tmp_path):
+    run_dir = tmp_path / "000-seed_1"
+    run_dir.mkdir()
+    old = {"status": "completed", "metrics": {"val/loss": 0.5}}
+    (run_dir / "results.json").write_text(json.dumps(old))
+    line = "attnlab-train: error: ... was trained with a different config"
+    (run_dir / "trial.log").write_text(line + "\n")
+    trial = Trial(index=0, params={"seed": 1}, overrides=[], command=["x"], name="seed_1",
+                  run_dir=run_dir)  # fmt: skip
+    refused, rerun = TrialResult(trial), TrialResult(trial)
+    finish(refused, 2, interrupted=False, metric_name="val/loss")
+    assert (refused.status, refused.metric) == ("failed", None)
+    assert refused.error == f"bad config: {line}"
+    finish(rerun, 0, interrupted=False, metric_name="val/loss")  # "already completed": exit 0
+    assert (rerun.status, rerun.metric) == ("completed", 0.5)

@@ -4,6 +4,11 @@ A run is defined by its experiment name, the command-line overrides that change 
 (not where it is written or how it is logged) and its seed. Their hash names the run directory
 `<paths.root>/<name>/<run_name>-<hash>`, whose path gives the W&B run id, so re-running a killed job
 resumes it, and re-running a finished one is recognised.
+
+The hash covers the command line, not the contents of preset files or the code's defaults, so
+before a run directory is continued (or reported as completed) its stored config.yaml is compared
+with the config now composed: `config_drift` lists the defining keys that differ, and the run is
+refused rather than silently mixed with, or mistaken for, a different configuration.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from attnlab.dotted import flatten
 from attnlab.run_record import run_name
 
 # Overrides that do not change what a run computes: where it writes, how it logs and resumes.
@@ -29,18 +36,37 @@ NON_DEFINING = (
 )
 
 
+class RunConfigChanged(ValueError):
+    """A run directory was trained with a config that differs from the one now composed."""
+
+
 def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def is_defining(key: str) -> bool:
+    """Does the dotted config key `key` change what a run computes (not in NON_DEFINING)?"""
+    return not any(key == p.rstrip(".") or key.startswith(p) for p in NON_DEFINING)
+
+
 def defining_overrides(overrides: list[str]) -> list[str]:
     """The overrides that define the run, sorted so that their order does not matter."""
-    kept = [
-        o.strip()
-        for o in overrides
-        if not any(_key(o) == p.rstrip(".") or _key(o).startswith(p) for p in NON_DEFINING)
+    return sorted(o.strip() for o in overrides if is_defining(_key(o)))
+
+
+def config_drift(stored: Mapping, current: Mapping) -> list[str]:
+    """`key: old -> new` for each defining key whose value differs between two nested configs
+    (a key present in only one of them shows as <absent>), sorted by key."""
+    old, new = flatten(dict(stored)), flatten(dict(current))
+
+    def show(values: dict, key: str) -> str:
+        return repr(values[key]) if key in values else "<absent>"
+
+    return [
+        f"{key}: {show(old, key)} -> {show(new, key)}"
+        for key in sorted(old.keys() | new.keys())
+        if is_defining(key) and (key in old, old.get(key)) != (key in new, new.get(key))
     ]
-    return sorted(kept)
 
 
 def run_hash(name: str, overrides: list[str], seed: int, length: int = 8) -> str:

@@ -38,7 +38,7 @@ from attnlab.config import (
     validate_config,
 )
 from attnlab.data.resumable import make_resumable
-from attnlab.run_identity import run_dir_name, wandb_run_id
+from attnlab.run_identity import RunConfigChanged, config_drift, run_dir_name, wandb_run_id
 from attnlab.run_record import RunRecord, ablation_config, run_name
 from attnlab.training.callbacks import Preemption, RNGState
 from attnlab.training.module import module_for
@@ -49,7 +49,7 @@ PROG = "attnlab-train"
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 # Exit codes, also read by attnlab-sweep (results.json's status is the authority).
-EXIT_CODES = {"completed": 0, "failed": 1, "diverged": 3, "interrupted": 4}
+EXIT_CODES = {"completed": 0, "failed": 1, "config_error": 2, "diverged": 3, "interrupted": 4}
 
 
 def _run_dir_resolver(name: str, seed: int, resume: str) -> str:
@@ -82,6 +82,7 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     resume = str(cfg.get("resume", "auto"))
     ckpt_path = None
     if resume == "auto" and previous is not None:
+        _refuse_changed_config(run_dir, cfg)
         if previous.get("status") == "completed":
             if is_rank_zero:
                 print(
@@ -215,6 +216,23 @@ def _cluster_plugins() -> list:
     if SLURMEnvironment.detect():
         return [SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)]
     return []
+
+
+def _refuse_changed_config(run_dir: Path, cfg: DictConfig, shown: int = 3) -> None:
+    """RunConfigChanged (nothing written) when `run_dir`'s config.yaml differs from `cfg` in a
+    key that defines the run: a preset or a default edited since the run was made."""
+    stored_path = run_dir / "config.yaml"
+    if not stored_path.is_file():
+        return
+    stored = OmegaConf.to_container(OmegaConf.load(stored_path))
+    drift = config_drift(stored, to_plain_safe(cfg))
+    if drift:
+        more = f" and {len(drift) - shown} more" if len(drift) > shown else ""
+        raise RunConfigChanged(
+            f"{run_dir} was trained with a different config ({'; '.join(drift[:shown])}{more}), "
+            "probably an edited preset or default; add resume=never to train this config in a "
+            "new directory"
+        )
 
 
 def to_plain_safe(cfg: DictConfig) -> dict:
@@ -401,7 +419,12 @@ def _task(cfg: DictConfig) -> dict:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
         cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
-    results = train(cfg, overrides=list(hydra_cfg.overrides.task))
+    try:
+        results = train(cfg, overrides=list(hydra_cfg.overrides.task))
+    except RunConfigChanged as err:  # nothing was written: one line, exit 2
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        _EXIT_STATUSES.append("config_error")
+        return {"status": "config_error", "error": str(err)}
     _EXIT_STATUSES.append(results.get("status", "failed"))
     return results
 

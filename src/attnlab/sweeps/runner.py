@@ -94,7 +94,8 @@ def read_results(run_dir: Path | None) -> dict | None:
 def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: str) -> None:
     """Set status, metric and error from results.json (whose status wins) and the exit code."""
     result.exit_code = exit_code
-    results = read_results(result.trial.run_dir)
+    # Exit 2: the trial was refused before it ran; a results.json there is an older run's.
+    results = None if exit_code == EXIT_BAD_CONFIG else read_results(result.trial.run_dir)
     status = results.get("status") if results else None
     if status not in FINAL_STATUSES:
         if interrupted:
