@@ -38,6 +38,7 @@ from attnlab.config import (
     validate_config,
 )
 from attnlab.data.resumable import make_resumable
+from attnlab.exit_codes import EXIT_CODES
 from attnlab.run_identity import RunConfigChanged, config_drift, run_dir_name, wandb_run_id
 from attnlab.run_record import RunRecord, ablation_config, run_name
 from attnlab.training.callbacks import Preemption, RNGState
@@ -47,9 +48,6 @@ PROG = "attnlab-train"
 
 # Lightning 2.6 on torch 2.13 warns on every run about its own use of a torch internal.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-
-# Exit codes, also read by attnlab-sweep (results.json's status is the authority).
-EXIT_CODES = {"completed": 0, "failed": 1, "config_error": 2, "diverged": 3, "interrupted": 4}
 
 
 def _run_dir_resolver(name: str, seed: int, resume: str) -> str:

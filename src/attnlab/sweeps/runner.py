@@ -20,10 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab.exit_codes import EXIT_CODES
 from attnlab.sweeps.spec import Trial
 
 # Exit codes of attnlab-train (results.json's `status`, when present, wins over these).
-EXIT_OK, EXIT_BAD_CONFIG, EXIT_DIVERGED = 0, 2, 3
+EXIT_OK, EXIT_BAD_CONFIG, EXIT_DIVERGED = (
+    EXIT_CODES[status] for status in ("completed", "config_error", "diverged")
+)
 FINAL_STATUSES = ("completed", "failed", "diverged", "interrupted")
 STOP_GRACE_S = 15.0  # time given to interrupted trials (SIGINT) before SIGKILL
 POLL_S = 0.05
