@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.cli_errors import preflight
+from attnlab.config.preflight import preflight
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -131,7 +131,7 @@ def test_broken_data_leaves_an_existing_run_untouched(tmp_path):
         f"paths.root={tmp_path / 'out'}",
     ]
     env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "attnlab.train", *data]
+    cmd = [sys.executable, "-m", "attnlab.cli.train", *data]
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     (run_dir,) = (tmp_path / "out" / "default").iterdir()

@@ -4,11 +4,8 @@ import os
 
 import torch
 
-from attnlab.checkpointing import (
-    checkpoint_problem,
-    find_resume_checkpoint,
-    periodic_checkpoints,
-)
+from attnlab.runs.checkpoints import checkpoint_problem, find_resume_checkpoint
+from attnlab.training.callbacks import periodic_checkpoints
 
 
 def save(path, step):

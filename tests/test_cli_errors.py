@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.cli_errors import describe, preflight
+from attnlab.config.preflight import describe, preflight
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -76,7 +76,7 @@ def test_describe_collapses_unknown_errors_to_one_line():
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled"}
     return subprocess.run(
-        [sys.executable, "-m", "attnlab.train", *args],
+        [sys.executable, "-m", "attnlab.cli.train", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

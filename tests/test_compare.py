@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from attnlab import compare
+from attnlab.analysis import groups as grouping
+from attnlab.analysis import runs as reading
+from attnlab.analysis.plots import read_curve
+from attnlab.cli import compare
+from attnlab.runs.dotted import flatten
 
 COMMON = {"model.d_model": 64, "model.n_heads": 4, "model.d_k": None, "scheduler.name": "noam"}
 # (pos_encoding, seed) -> (status, val/loss_best, test/exact_match)
@@ -129,14 +133,15 @@ def test_group_by_and_no_results(runs_dir, tmp_path, capsys):
 
 
 def test_differing_keys_ignore_seed_and_per_run_names(runs_dir):
-    runs = [compare.load_run(p) for p in compare.find_results([runs_dir]) if "broken" not in str(p)]
-    assert compare.differing_keys(runs) == ["model.pos_encoding"]
-    groups = compare.group_runs(runs, ["model.pos_encoding"])
+    paths = reading.find_results([runs_dir])
+    runs = [reading.load_run(p) for p in paths if "broken" not in str(p)]
+    assert grouping.differing_keys(runs) == ["model.pos_encoding"]
+    groups = grouping.group_runs(runs, ["model.pos_encoding"])
     assert [g.values["model.pos_encoding"] for g in groups] == ["alibi", "rope"]
-    assert compare.aggregate([1.0, float("nan"), 3.0]) == (2.0, math.sqrt(2.0), 2)
-    assert compare.aggregate([]) == (None, None, 0)
+    assert grouping.aggregate([1.0, float("nan"), 3.0]) == (2.0, math.sqrt(2.0), 2)
+    assert grouping.aggregate([]) == (None, None, 0)
     # nested configs are flattened to the same dotted keys
-    assert compare.flatten({"model": {"n_heads": 8, "d_k": None}, "seed": 1}) == {
+    assert flatten({"model": {"n_heads": 8, "d_k": None}, "seed": 1}) == {
         "model.n_heads": 8,
         "model.d_k": None,
         "seed": 1,
@@ -165,7 +170,7 @@ def test_trials_without_results_come_from_the_sweep_summary(runs_dir, capsys):
 
 
 def test_read_curve_skips_sparse_rows(runs_dir):
-    steps, values = compare.read_curve(runs_dir / "rope-s1" / "metrics.csv", "val/loss")
+    steps, values = read_curve(runs_dir / "rope-s1" / "metrics.csv", "val/loss")
     assert steps == [0, 10, 20, 30]
     assert values[0] == pytest.approx(6.0)
-    assert compare.read_curve(runs_dir / "rope-s3" / "metrics.csv", "val/loss") == ([], [])
+    assert read_curve(runs_dir / "rope-s3" / "metrics.csv", "val/loss") == ([], [])

@@ -11,18 +11,14 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from attnlab.config import (
-    ABLATION_KEYS,
-    ModelConfig,
-    flatten,
-    to_plain,
-    transformer_config,
-    validate_config,
-)
-from attnlab.data.synthetic import SYNTHETIC_TASKS
+from attnlab.config.plain import to_plain
+from attnlab.config.schema import ModelConfig
+from attnlab.config.validate import transformer_config, validate_config
+from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.run_record import ablation_config, run_name
-from attnlab.train import build_loggers
+from attnlab.runs.dotted import flatten
+from attnlab.runs.loggers import build_loggers
+from attnlab.runs.record import ABLATION_KEYS, ablation_config, run_name
 from attnlab.training.schedules import build_schedule
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -224,7 +220,7 @@ def test_ablation_config_records_keys_and_overrides(compose):
 
 
 def test_conf_dir_is_the_repository_conf_or_the_environment(monkeypatch, tmp_path):
-    from attnlab.train import conf_dir
+    from attnlab.config.location import conf_dir
 
     monkeypatch.delenv("ATTNLAB_CONF_DIR", raising=False)
     assert conf_dir() == CONF_DIR

@@ -1,4 +1,5 @@
-"""Data preflight (attnlab.data.checks): one line per broken file or bad argument, key first."""
+"""Data preflight (attnlab.config.data_check over attnlab.data.files): one line per broken file
+or bad argument, key first."""
 
 import gzip
 import re
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.data.checks import DataFileError, check_data_config, count_lines
+from attnlab.config.data_check import check_data_config
+from attnlab.data.files import DataFileError, count_lines
 from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
 from attnlab.data.text import read_lines
 from attnlab.data.translation import Multi30kDataModule, TranslationDataModule
@@ -182,12 +184,17 @@ def same_languages(d):
 
 def unknown_language(d):
     cfg = {"_target_": MULTI30K_T, "root": str(multi30k_root(d)), "src_lang": "fr"}
-    return cfg, "data.src_lang", None, "data.src_lang='fr'; choose one of en, de"
+    return cfg, "data.src_lang", None, "data.src_lang='fr' is not valid; expected one of: en, de"
 
 
 def bad_tokenizer_type(d):
     cfg = translation_cfg(d, tokenizer_type="wordpiece")
-    return cfg, "data.tokenizer_type", None, "'wordpiece'; choose one of bpe, unigram, char"
+    return (
+        cfg,
+        "data.tokenizer_type",
+        None,
+        "'wordpiece' is not valid; expected one of: bpe, unigram, char",
+    )
 
 
 def vocab_too_small(d):
@@ -195,7 +202,7 @@ def vocab_too_small(d):
         lm_cfg(d, vocab_size=4),
         "data.vocab_size",
         None,
-        "data.vocab_size=4 must be an integer >= 5",
+        "data.vocab_size=4 is not valid; expected an integer >= 5",
     )
 
 
@@ -204,12 +211,17 @@ def zero_block_size(d):
         lm_cfg(d, block_size=0),
         "data.block_size",
         None,
-        "data.block_size=0 must be an integer >= 1",
+        "data.block_size=0 is not valid; expected an integer >= 1",
     )
 
 
 def zero_max_tokens(d):
-    return lm_cfg(d, max_tokens=0), "data.max_tokens", None, "data.max_tokens=0 must be an integer"
+    return (
+        lm_cfg(d, max_tokens=0),
+        "data.max_tokens",
+        None,
+        "data.max_tokens=0 is not valid; expected an integer",
+    )
 
 
 def pair_over_budget(d):
@@ -372,7 +384,7 @@ def test_count_lines_reads_multi_member_gzip_and_chunk_boundaries(tmp_path, monk
     p = write(tmp_path / "m.gz", gzip.compress(b"a\nb\n") + gzip.compress(b"c"))
     assert count_lines(p) == len(read_lines(p)) == 3
     # a multi-byte character split across chunks is valid; an invalid byte's offset is global
-    monkeypatch.setattr("attnlab.data.checks._CHUNK", 3)
+    monkeypatch.setattr("attnlab.data.files._CHUNK", 3)
     p = write(tmp_path / "u.txt", "aé\nüb\n".encode() + b"\xff")
     with pytest.raises(DataFileError, match=r"invalid byte 0xff at offset 8, line 3"):
         count_lines(p)

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from attnlab.cli_errors import preflight
-from attnlab.config import validate_config, world_size
+from attnlab.config.preflight import preflight
+from attnlab.config.validate import validate_config, world_size
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
@@ -56,14 +56,21 @@ DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
 def runs(tmp_path_factory) -> dict:
     """{"single": run dir, "tokens_global": run dir, "tokens": run dir, "summary": dict,
     "logs": {trial name: trial.log text}}."""
-    from attnlab import sweep
+    from attnlab.cli import sweep
 
     tmp = tmp_path_factory.mktemp("ddp")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp)
         mp.setenv("WANDB_MODE", "disabled")
         single = subprocess.Popen(
-            [sys.executable, "-m", "attnlab.train", *RUN, "trainer=cpu", f"hydra.run.dir={tmp}/1"],
+            [
+                sys.executable,
+                "-m",
+                "attnlab.cli.train",
+                *RUN,
+                "trainer=cpu",
+                f"hydra.run.dir={tmp}/1",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -193,7 +200,7 @@ def test_world_size_counts_devices_and_nodes(compose):
 
 
 def test_loss_normalize_is_checked_when_composing(compose):
-    from attnlab.cli_errors import ConfigError, check
+    from attnlab.config.preflight import ConfigError, check
 
     assert compose(["loss.normalize=tokens"]).loss.normalize == "tokens"
     with pytest.raises(ConfigError, match=r"loss\.normalize='sum' is not valid; expected one of"):

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.cli_errors import compose_config
+from attnlab.cli.eval import main
+from attnlab.config.preflight import compose_config
 from attnlab.data.text import read_lines
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.evaluate import main
-from attnlab.train import train
+from attnlab.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = Path(__file__).parents[2] / "shared" / "data" / "multi30k"
@@ -154,7 +154,7 @@ def test_eval_command_on_explicit_files(run, tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.evaluate",
+            "attnlab.cli.eval",
             f"ckpt={run['run_dir'] / 'checkpoints' / 'last.ckpt'}",
             f"src_file={tmp_path / 'src.en.gz'}",
             f"ref_file={run['files']['val_tgt']}",
@@ -181,8 +181,14 @@ def test_eval_command_on_explicit_files(run, tmp_path):
         (["ckpt={last}", "src_file=a.en"], "src_file and ref_file go together"),
         (["split=val"], "ckpt=<checkpoint file, [list] or checkpoints directory> is required"),
         (["ckpt={last}", "beam=2"], "beam is not an option; expected one of: ckpt, last, split"),
-        (["ckpt={last}", "split=dev"], "split='dev'; choose one of train, val, test"),
-        (["ckpt={last}", "decode.beam_size=0"], "decode.beam_size=0: expected an integer >= 1"),
+        (
+            ["ckpt={last}", "split=dev"],
+            "split='dev' is not valid; expected one of: train, val, test",
+        ),
+        (
+            ["ckpt={last}", "decode.beam_size=0"],
+            "decode.beam_size=0 is not valid; expected an integer >= 1",
+        ),
         (["ckpt={bad}"], "ckpt: checkpoint {bad} cannot be read"),
     ],
 )

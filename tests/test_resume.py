@@ -20,7 +20,7 @@ from conftest import TINY
 pytestmark = pytest.mark.slow
 
 RUN = [
-    *[o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))],
+    *TINY,
     "trainer.max_steps=80",
     "trainer.val_check_interval=20",
     "checkpoint.every_n_steps=5",
@@ -33,7 +33,7 @@ def command(root: Path, *extra: str) -> list[str]:
     """The run's command; `extra` overrides replace RUN's values for the same keys."""
     keys = {o.split("=", 1)[0] for o in extra}
     base = [o for o in RUN if o.split("=", 1)[0] not in keys]
-    return [sys.executable, "-m", "attnlab.train", *base, f"paths.root={root}", *extra]
+    return [sys.executable, "-m", "attnlab.cli.train", *base, f"paths.root={root}", *extra]
 
 
 def env(tmp_path: Path) -> dict:
@@ -181,7 +181,7 @@ def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
         "method: grid\n"
         "metric: {name: val/loss, goal: minimize}\n"
         "program: attnlab-train\n"
-        "command: ['${env}', '${interpreter}', '-m', 'attnlab.train', '${args_no_hyphens}']\n"
+        "command: ['${env}', '${interpreter}', '-m', 'attnlab.cli.train', '${args_no_hyphens}']\n"
         "parameters:\n"
         "  optim.lr: {values: [0.001, 1000.0]}\n"
         "  model.norm_position: {value: post}\n"
@@ -189,9 +189,10 @@ def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
         "  scheduler.warmup_steps: {value: 0}\n"
     )
     out = tmp_path / "sweep"
-    extra = [o for o in TINY if not o.startswith("trainer.max_steps")]
+    extra = list(TINY)
     proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.sweep", str(sweep), "--out", str(out), "--parallel", "2",
+        [sys.executable, "-m", "attnlab.cli.sweep", str(sweep), "--out", str(out),
+         "--parallel", "2",
          *extra, "trainer.max_steps=20", "logger=csv", f"paths.root={tmp_path / 'runs'}"],
         capture_output=True, text=True, env=env(tmp_path), timeout=300,
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
 import json
 
-from attnlab.run_identity import (
+from attnlab.runs.identity import (
     config_drift,
     defining_overrides,
     run_dir_name,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnlab import sweep
+from attnlab.cli import sweep
 from attnlab.sweeps import SweepError, expand_sweep
 from attnlab.sweeps.runner import gpu_groups
 from attnlab.sweeps.spec import expand_command, expand_params
@@ -348,7 +348,16 @@ def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attnlab.sweep", str(path), "--parallel", "2", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "attnlab.cli.sweep",
+            str(path),
+            "--parallel",
+            "2",
+            "--out",
+            str(out),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
@@ -473,7 +482,7 @@ def test_slurm_launcher_config_composes_with_submitit(tmp_path):
 
 def test_slurm_launcher_composes_with_the_harness_config():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    config = pytest.importorskip("attnlab.config")
+    config = pytest.importorskip("attnlab.config.schema")
     if not (REPO / "conf" / "train.yaml").exists() or not hasattr(config, "register_configs"):
         pytest.skip("the attnlab-train config (conf/train.yaml) is not there")
     config.register_configs()

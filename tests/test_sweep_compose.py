@@ -11,8 +11,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnlab.config import validate_config
-from attnlab.sweep import expand_sweep
+from attnlab.config.validate import validate_config
+from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import override_key
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,16 +9,18 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
-from attnlab.cli_errors import preflight
-from attnlab.config import DataConfigError, exact_match_enabled, to_plain, validate_config
-from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
-from attnlab.data.translation import Multi30kDataModule, TranslationDataModule
-from attnlab.data_schema import (
+from attnlab.config.data_check import DataConfigError
+from attnlab.config.data_schema import (
     LMTextDataConfig,
     Multi30kDataConfig,
     ParallelTextDataConfig,
     TinyShakespeareDataConfig,
 )
+from attnlab.config.plain import to_plain
+from attnlab.config.preflight import preflight
+from attnlab.config.validate import exact_match_enabled, validate_config
+from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
+from attnlab.data.translation import Multi30kDataModule, TranslationDataModule
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DATA = Path(__file__).parents[2] / "shared" / "data"

@@ -219,7 +219,9 @@ def test_multi30k_missing_files(tmp_path):
     dm = Multi30kDataModule(root=str(tmp_path / "m30k"), download=False, cache_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"m30k/train\.en\.gz is missing"):
         dm.prepare_data()
-    with pytest.raises(ValueError, match="data.src_lang='fr'; choose one of en, de"):
+    with pytest.raises(
+        ValueError, match="data.src_lang='fr' is not valid; expected one of: en, de"
+    ):
         Multi30kDataModule(src_lang="fr")
     with pytest.raises(ValueError, match="data.train_src: Multi30K reads its files from data.root"):
         Multi30kDataModule(train_src="train.en")

@@ -112,7 +112,9 @@ def test_preserve_whitespace_keeps_text_exact(corpus, tmp_path):
 
 
 def test_bad_settings_and_foreign_model(corpus, tmp_path):
-    with pytest.raises(ValueError, match="model_type='wordpiece'; choose one of bpe, unigram"):
+    with pytest.raises(
+        ValueError, match="model_type='wordpiece' is not valid; expected one of: bpe, unigram"
+    ):
         TokenizerSettings(model_type="wordpiece")
     with pytest.raises(ValueError, match="vocab_size=100000"):
         _train(corpus[:50], tmp_path, vocab_size=100000)

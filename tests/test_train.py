@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnlab.train import train
+from attnlab.training.run import train
 
 METRICS = ("loss", "nll", "perplexity", "token_acc", "exact_match")
 
@@ -61,9 +61,9 @@ def test_short_run_writes_the_run_directory(compose, tiny_run, tmp_path, data, m
 def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(
     compose, tiny_run, tmp_path, monkeypatch, capsys, native
 ):
-    import attnlab.train
+    import attnlab.training.environment
 
-    monkeypatch.setattr(attnlab.train, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(attnlab.training.environment, "cpu_has_native_bf16", lambda: native)
     results, _ = _run(compose, tiny_run, tmp_path, "trainer.precision=bf16-mixed")
     assert results["status"] == "completed"
     warned = [line for line in capsys.readouterr().err.splitlines() if "emulated" in line]
@@ -191,7 +191,7 @@ def test_multirun_from_the_command_line_writes_one_record_per_job(tiny_run, tmp_
     cmd = [
         sys.executable,
         "-m",
-        "attnlab.train",
+        "attnlab.cli.train",
         "-m",
         "seed=1,2",
         *tiny_run,
@@ -222,7 +222,7 @@ def test_default_run_learns_reverse(tmp_path):
     """`attnlab-train` with no arguments (W&B off): test exact match >= 0.95."""
     env = {**os.environ, "WANDB_MODE": "disabled"}
     proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.train", "paths.root=runs"],
+        [sys.executable, "-m", "attnlab.cli.train", "paths.root=runs"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -26,9 +26,7 @@ def is_integer(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     """A finite int or float that is not a bool."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def integer_problem(key: str, value: Any, minimum: int | None = None) -> str | None:

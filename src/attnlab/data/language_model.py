@@ -19,14 +19,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnlab.data.batching import BlockBatchSampler
-from attnlab.data.checks import DataFile, as_path, integer_problem, present, raise_first
 from attnlab.data.download import KNOWN_FILES, ensure_file
+from attnlab.data.files import DataFile, as_path
+from attnlab.data.options import SPLITS
 from attnlab.data.text import TokenizedDataModule, TokenStreamDataset, collate_lm, read_text
 from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
+from attnlab.validation import choice_problem, integer_problem, present, raise_first
 
 log = logging.getLogger(__name__)
-
-SPLITS = ("train", "val", "test")
 
 
 def _splits_problem(splits) -> str | None:
@@ -128,7 +128,7 @@ class LMTextDataModule(TokenizedDataModule):
     def stream(self, split: str) -> torch.Tensor:
         """The token ids of `split` as one 1-D long tensor."""
         if split not in SPLITS:
-            raise ValueError(f"split={split!r}; choose one of {', '.join(SPLITS)}")
+            raise ValueError(choice_problem("split", split, SPLITS))
         if split not in self.streams:
             lines = self.split_texts()[split].splitlines(keepends=True)
             ids = list(chain.from_iterable(self.tokenizer.encode_batch(lines)))

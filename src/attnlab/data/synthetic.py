@@ -25,11 +25,23 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.batching import per_rank_batch_size
+from attnlab.data.options import SYNTHETIC_TASKS, TASK_OF_ARCH, task_for_arch
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
+from attnlab.validation import choice_problem, integer_problem, not_valid, raise_first
 
-SYNTHETIC_TASKS = ("copy", "reverse", "sort")
 _SPLITS = {"train": 0, "val": 1, "test": 2}
 _SPECIAL_NAMES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
+
+
+def _length_range_problem(key: str, value) -> str | None:
+    """Unless `value` is [min, max] with 1 <= min <= max."""
+    try:
+        pair = [] if isinstance(value, str) else list(value)
+    except TypeError:
+        pair = []
+    if len(pair) == 2 and all(isinstance(v, int) for v in pair) and 1 <= pair[0] <= pair[1]:
+        return None
+    return not_valid(key, pair or value, "[min, max] with 1 <= min <= max")
 
 
 class SymbolTokenizer:
@@ -74,6 +86,7 @@ def make_pairs(
 
     Returns x (n, L) and y (n, L), right-padded with PAD, and the lengths (n,); |y| = |x|.
     """
+    raise_first([choice_problem("data.name", task, SYNTHETIC_TASKS)])
     lo, hi = length
     lengths = torch.randint(lo, hi + 1, (n,), generator=generator)
     width = int(lengths.max())
@@ -86,13 +99,9 @@ def make_pairs(
     elif task == "reverse":
         idx = (lengths[:, None] - 1 - pos[None, :]).clamp(min=0)
         y = x.gather(1, idx).masked_fill(pad, PAD_ID)
-    elif task == "sort":
+    else:  # sort
         big = NUM_SPECIAL + n_symbols
         y = x.masked_fill(pad, big).sort(dim=1).values.masked_fill(pad, PAD_ID)
-    else:
-        raise ValueError(
-            f"data.name={task!r} is not valid; expected one of: {', '.join(SYNTHETIC_TASKS)}"
-        )
     return x, y, lengths
 
 
@@ -206,32 +215,22 @@ class SyntheticDataModule(L.LightningDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        if name not in SYNTHETIC_TASKS:
-            raise ValueError(
-                f"data.name={name!r} is not valid; expected one of: {', '.join(SYNTHETIC_TASKS)}"
-            )
-        if arch not in ("encoder_decoder", "decoder_only"):
-            raise ValueError(
-                f"data.arch={arch!r} is not valid; expected one of: encoder_decoder, decoder_only"
-            )
-        for key, value in (("train_len", train_len), ("eval_len", eval_len)):
-            value = list(value)
-            if len(value) != 2 or not 1 <= value[0] <= value[1]:
-                raise ValueError(
-                    f"data.{key}={value} is not valid; expected [min, max] with 1 <= min <= max"
-                )
-        for key, value, minimum in (
-            ("n_symbols", n_symbols, 2),
-            ("batch_size", batch_size, 1),
-            ("train_size", train_size, 1),
-            ("val_size", val_size, 1),
-            ("test_size", test_size, 1),
-            ("num_workers", num_workers, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(
-                    f"data.{key}={value!r} is not valid; expected an integer >= {minimum}"
-                )
+        raise_first(
+            [
+                choice_problem("data.name", name, SYNTHETIC_TASKS),
+                choice_problem("data.arch", arch, tuple(TASK_OF_ARCH)),
+                *(
+                    _length_range_problem(f"data.{k}", v)
+                    for k, v in (("train_len", train_len), ("eval_len", eval_len))
+                ),
+                integer_problem("data.n_symbols", n_symbols, 2),
+                integer_problem("data.batch_size", batch_size, 1),
+                integer_problem("data.train_size", train_size, 1),
+                integer_problem("data.val_size", val_size, 1),
+                integer_problem("data.test_size", test_size, 1),
+                integer_problem("data.num_workers", num_workers, 0),
+            ]
+        )
         if train_size < batch_size:
             raise ValueError(
                 f"data.train_size={train_size} is not valid; expected at least one batch "
@@ -242,7 +241,7 @@ class SyntheticDataModule(L.LightningDataModule):
         self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
 
-        self.task = "seq2seq" if arch == "encoder_decoder" else "lm"
+        self.task = task_for_arch(arch)
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
         self.sep_id = NUM_SPECIAL + n_symbols if self.task == "lm" else None
         self.tokenizer = SymbolTokenizer(n_symbols, self.sep_id)

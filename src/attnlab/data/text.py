@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.data.checks import GZIP_MAGIC, DataFile, integer_problem, present, raise_first
+from attnlab.data.files import GZIP_MAGIC, DataFile
 from attnlab.data.tokenizer import (
     Tokenizer,
     TokenizerSettings,
@@ -27,6 +27,7 @@ from attnlab.data.tokenizer import (
     settings_problems,
 )
 from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attnlab.validation import integer_problem, present, raise_first
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ class TokenizedDataModule(L.LightningDataModule):
     `vocab_size`, so a harness may read `vocab_size` before `prepare_data` and `setup`.
     `tokenizer_path` skips training and uses that .model file (e.g. a run's tokenizer.model).
 
-    Argument checks, shared with the data preflight (attnlab.data.checks.check_data_config):
+    Argument checks, shared with the data preflight (attnlab.config.data_check.check_data_config):
     each class states the rules for the arguments its own __init__ declares in the static
     `own_problems(args)`, and raises the first problem on construction; `arg_problems` runs
     the rules of the whole class hierarchy; `expected_files(args)` lists the files read.

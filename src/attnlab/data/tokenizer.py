@@ -25,13 +25,14 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from attnlab.data.checks import choice_problem, integer_problem, present, raise_first
 from attnlab.data.download import sha256_file
+from attnlab.data.options import TOKENIZER_TYPES
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, UNK_ID
+from attnlab.validation import choice_problem, integer_problem, present, raise_first
 
 log = logging.getLogger(__name__)
 
-MODEL_TYPES = ("bpe", "unigram", "char")
+MODEL_TYPES = TOKENIZER_TYPES
 NEWLINE = "\n"
 _MAX_TRAIN_SENTENCE_CHARS = 2000  # SentencePiece skips training sentences over 4192 bytes
 

@@ -23,15 +23,9 @@ from pathlib import Path
 from torch.utils.data import DataLoader
 
 from attnlab.data.batching import TokenBatchSampler, padding_fraction
-from attnlab.data.checks import (
-    DataFile,
-    as_path,
-    choice_problem,
-    integer_problem,
-    present,
-    raise_first,
-)
 from attnlab.data.download import fetch_known, sha256_file
+from attnlab.data.files import DataFile, as_path
+from attnlab.data.options import MULTI30K_LANGS, SPLITS
 from attnlab.data.text import (
     ParallelTextDataset,
     TokenizedDataModule,
@@ -39,10 +33,9 @@ from attnlab.data.text import (
     read_lines,
 )
 from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
+from attnlab.validation import choice_problem, integer_problem, present, raise_first
 
 log = logging.getLogger(__name__)
-
-SPLITS = ("train", "val", "test")
 
 
 class TranslationDataModule(TokenizedDataModule):
@@ -140,7 +133,7 @@ class TranslationDataModule(TokenizedDataModule):
     def split_files(self, split: str) -> tuple[Path, Path]:
         """(source, target) paths of `split` in {train, val, test}."""
         if split not in SPLITS:
-            raise ValueError(f"split={split!r}; choose one of {', '.join(SPLITS)}")
+            raise ValueError(choice_problem("split", split, SPLITS))
         src, tgt = self.files[split]
         if not src or not tgt:
             raise ValueError(f"data.{split}_src and data.{split}_tgt must both be set")
@@ -225,7 +218,6 @@ class TranslationDataModule(TokenizedDataModule):
         return self._dataloader("test")
 
 
-MULTI30K_LANGS = ("en", "de")
 MULTI30K_SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
 
 
@@ -298,7 +290,7 @@ class Multi30kDataModule(TranslationDataModule):
 
     def split_files(self, split: str) -> tuple[Path, Path]:
         if split not in SPLITS:
-            raise ValueError(f"split={split!r}; choose one of {', '.join(SPLITS)}")
+            raise ValueError(choice_problem("split", split, SPLITS))
         return (
             self.split_file(self.root, split, self.src_lang),
             self.split_file(self.root, split, self.tgt_lang),

@@ -8,7 +8,6 @@ to shut down, and records every trial.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import signal
@@ -20,14 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.exit_codes import EXIT_CODES
+from attnlab.runs.status import EXIT_BAD_CONFIG, FINAL_STATUSES, status_from_exit_code
 from attnlab.sweeps.spec import Trial
 
-# Exit codes of attnlab-train (results.json's `status`, when present, wins over these).
-EXIT_OK, EXIT_BAD_CONFIG, EXIT_DIVERGED = (
-    EXIT_CODES[status] for status in ("completed", "config_error", "diverged")
-)
-FINAL_STATUSES = ("completed", "failed", "diverged", "interrupted")
 STOP_GRACE_S = 15.0  # time given to interrupted trials (SIGINT) before SIGKILL
 POLL_S = 0.05
 
@@ -35,7 +29,7 @@ POLL_S = 0.05
 @dataclass
 class TrialResult:
     trial: Trial
-    status: str = "not_started"  # completed | failed | diverged | interrupted | not_started
+    status: str = "not_started"  # a final status (attnlab.runs.status), or not_started
     exit_code: int | None = None
     wall_time_s: float | None = None
     metric: float | None = None
@@ -101,14 +95,8 @@ def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: 
     results = None if exit_code == EXIT_BAD_CONFIG else read_results(result.trial.run_dir)
     status = results.get("status") if results else None
     if status not in FINAL_STATUSES:
-        if interrupted:
-            status = "interrupted"
-        elif exit_code == EXIT_OK:
-            status = "completed"
-        elif exit_code == EXIT_DIVERGED:
-            status = "diverged"
-        else:
-            status = "failed"
+        status = status_from_exit_code(exit_code, interrupted)
+        status = "failed" if status == "config_error" else status  # counted as a failed trial
     result.status = status
     metrics = (results or {}).get("metrics") or {}
     value = metrics.get(metric_name)
@@ -141,16 +129,49 @@ def run_trials(
     """Run every trial (each needs a run_dir), `parallel` at a time; each running trial holds one
     GPU group from `groups`. A failed trial does not stop the others. Ctrl-C (KeyboardInterrupt)
     interrupts the running trials and returns with the rest marked not_started."""
-    results = [TrialResult(t) for t in trials]
-    pending = deque(results)
-    free = deque(groups)
-    slots = min(parallel, len(groups)) if groups else parallel
-    running: dict[subprocess.Popen, tuple[TrialResult, float, object]] = {}
-    total = len(results)
+    pool = _TrialPool(trials, parallel, groups, metric_name, log)
+    try:
+        pool.run()
+    except KeyboardInterrupt:
+        pool.interrupt()
+    return pool.results
 
-    def start(result: TrialResult) -> None:
+
+class _TrialPool:
+    """The trials waiting, the processes running (with their GPU groups), the results."""
+
+    def __init__(self, trials, parallel: int, groups, metric_name: str, log) -> None:
+        self.results = [TrialResult(t) for t in trials]
+        self.pending = deque(self.results)
+        self.groups = list(groups)
+        self.free = deque(groups)
+        self.slots = min(parallel, len(groups)) if groups else parallel
+        self.running: dict[subprocess.Popen, tuple[TrialResult, float, object]] = {}
+        self.metric_name, self.log = metric_name, log
+
+    def run(self) -> None:
+        while self.pending or self.running:
+            while self.pending and len(self.running) < self.slots:
+                self.start(self.pending.popleft())
+            done = [p for p in self.running if p.poll() is not None]
+            for proc in done:
+                self.reap(proc)
+            if not done:
+                time.sleep(POLL_S)
+
+    def interrupt(self) -> None:
+        self.log(f"interrupted: stopping {len(self.running)} running trial(s)")
+        stop(list(self.running))
+        for proc in list(self.running):
+            self.reap(proc, interrupted=True)
+
+    def _progress(self, result: TrialResult) -> str:
+        return f"[{result.trial.index + 1}/{len(self.results)}]"
+
+    def start(self, result: TrialResult) -> None:
+        """Start the trial's process, its output going to <run_dir>/trial.log."""
         trial = result.trial
-        result.gpus = free.popleft() if groups else None
+        result.gpus = self.free.popleft() if self.groups else None
         trial.run_dir.mkdir(parents=True, exist_ok=True)
         logfile = open(result.log_path, "w")  # closed in reap(), when the trial ends
         logfile.write(f"$ {shlex.join(trial.command)}\n")
@@ -168,47 +189,32 @@ def run_trials(
             )
         except OSError as err:
             logfile.close()
-            _release(result)
+            self.release(result)
             result.status, result.exit_code, result.wall_time_s = "failed", None, 0.0
             result.error = f"could not start {trial.command[0]!r}: {err.strerror or err}"
-            log(f"[{trial.index + 1}/{total}] failed    {trial.label}: {result.error}")
+            self.log(f"{self._progress(result)} failed    {trial.label}: {result.error}")
             return
         gpus = f" on GPUs {result.gpus}" if result.gpus is not None else ""
-        log(f"[{trial.index + 1}/{total}] started   {trial.label}{gpus}")
-        running[proc] = (result, time.monotonic(), logfile)
+        self.log(f"{self._progress(result)} started   {trial.label}{gpus}")
+        self.running[proc] = (result, time.monotonic(), logfile)
 
-    def _release(result: TrialResult) -> None:
+    def release(self, result: TrialResult) -> None:
         if result.gpus is not None:
-            free.append(result.gpus)
+            self.free.append(result.gpus)
 
-    def reap(proc: subprocess.Popen, interrupted: bool = False) -> None:
-        result, t0, logfile = running.pop(proc)
+    def reap(self, proc: subprocess.Popen, interrupted: bool = False) -> None:
+        """Record the ended trial (results.json's status, its metric) and free its GPUs."""
+        result, t0, logfile = self.running.pop(proc)
         logfile.close()
         result.wall_time_s = time.monotonic() - t0
-        finish(result, proc.returncode, interrupted, metric_name)
-        _release(result)
-        metric = "" if result.metric is None else f" {metric_name}={result.metric:.4g}"
-        log(
-            f"[{result.trial.index + 1}/{total}] {result.status:<9} {result.trial.label}"
-            f"{metric} ({result.wall_time_s:.1f} s)"
-            + (f": {result.error}" if result.error and result.status != "completed" else "")
+        finish(result, proc.returncode, interrupted, self.metric_name)
+        self.release(result)
+        metric = "" if result.metric is None else f" {self.metric_name}={result.metric:.4g}"
+        error = f": {result.error}" if result.error and result.status != "completed" else ""
+        self.log(
+            f"{self._progress(result)} {result.status:<9} {result.trial.label}"
+            f"{metric} ({result.wall_time_s:.1f} s){error}"
         )
-
-    try:
-        while pending or running:
-            while pending and len(running) < slots:
-                start(pending.popleft())
-            done = [p for p in running if p.poll() is not None]
-            for proc in done:
-                reap(proc)
-            if not done:
-                time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        log(f"interrupted: stopping {len(running)} running trial(s)")
-        stop(list(running))
-        for proc in list(running):
-            reap(proc, interrupted=True)
-    return results
 
 
 def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
@@ -233,16 +239,3 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def status_counts(statuses: Sequence[str]) -> str:
-    """['completed', 'failed', 'completed'] -> '2 completed, 1 failed'."""
-    order = ("completed", "diverged", "failed", "interrupted", "running", "not_started")
-    counts = {s: statuses.count(s) for s in dict.fromkeys([*order, *statuses]) if s in statuses}
-    return ", ".join(f"{n} {s}" for s, n in counts.items())
-
-
-def format_metric(value: float | None) -> str:
-    if value is None:
-        return ""
-    return f"{value:.4g}" if math.isfinite(value) else str(value)

@@ -8,7 +8,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnlab.sweeps.runner import TrialResult, format_metric, status_counts
+from attnlab.analysis.tables import fmt_number, markdown_table, text_table
+from attnlab.runs.status import status_counts
+from attnlab.sweeps.runner import TrialResult
 
 
 def rows(results: Sequence[TrialResult], out_dir: Path, metric_name: str) -> list[list[str]]:
@@ -21,29 +23,12 @@ def rows(results: Sequence[TrialResult], out_dir: Path, metric_name: str) -> lis
             [
                 r.trial.label,
                 r.status,
-                format_metric(r.metric),
+                fmt_number(r.metric),
                 wall,
                 os.path.relpath(path, out_dir) if path else "",
             ]
         )
     return [header, *body]
-
-
-def text_table(table: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in table
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def markdown_table(table: list[list[str]]) -> str:
-    escape = [[cell.replace("|", "\\|") for cell in row] for row in table]
-    lines = ["| " + " | ".join(row) + " |" for row in escape]
-    lines.insert(1, "|" + "|".join("---" for _ in table[0]) + "|")
-    return "\n".join(lines)
 
 
 def write_summary(

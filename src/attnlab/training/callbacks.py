@@ -1,14 +1,17 @@
-"""Callbacks that make runs survive: preemption (SIGTERM / SIGINT) and RNG state in checkpoints."""
+"""Callbacks that make runs survive: periodic checkpoints, preemption (SIGTERM / SIGINT) and
+RNG state in checkpoints."""
 
 from __future__ import annotations
 
 import random
 import signal
+from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 class Preemption(L.Callback):
@@ -90,3 +93,31 @@ class RNGState(L.Callback):
 def _plain_python_state(state: tuple) -> list:
     version, internal, gauss = state
     return [version, list(internal), gauss]
+
+
+def periodic_checkpoints(
+    dirpath: Path, every_n_steps: int | None, every_minutes: float | None, keep_last: int
+) -> list[ModelCheckpoint]:
+    """ModelCheckpoints every N steps and every M minutes of training (the paper wrote one every
+    10 minutes), each keeping its newest `keep_last` files, for resumption and averaging."""
+    common = dict(
+        dirpath=str(dirpath),
+        auto_insert_metric_name=False,
+        monitor="step",
+        mode="max",
+        save_top_k=keep_last,
+    )
+    callbacks = []
+    if every_n_steps:
+        callbacks.append(
+            ModelCheckpoint(filename="step={step}", every_n_train_steps=every_n_steps, **common)
+        )
+    if every_minutes:
+        callbacks.append(
+            ModelCheckpoint(
+                filename="timed-step={step}",
+                train_time_interval=timedelta(minutes=every_minutes),
+                **common,
+            )
+        )
+    return callbacks

@@ -23,14 +23,11 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.training.losses import label_smoothed_nll
+from attnlab.training.losses import LOSS_NORMALIZATIONS, label_smoothed_nll
 from attnlab.training.metrics import exact_match, token_accuracy
 from attnlab.training.schedules import build_schedule, lr_lambda
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
-# What the summed token losses of a training batch are divided by: the target tokens of the
-# global batch (all DDP ranks) or of this rank's share. See TransformerModule.
-LOSS_NORMALIZATIONS = ("tokens_global", "tokens")
 
 
 class TransformerModule(L.LightningModule):

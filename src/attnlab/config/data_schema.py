@@ -1,11 +1,11 @@
 """Config schema of the text data options: conf/data/{multi30k,parallel_text,lm_text,
-tinyshakespeare}.yaml, registered in Hydra's ConfigStore by attnlab.config.register_configs.
+tinyshakespeare}.yaml, registered in Hydra's ConfigStore by attnlab.config.schema.register_configs.
 
 Each dataclass holds exactly the constructor arguments of its DataModule (plus `_target_`), with
 the same defaults, so composing checks types (`data.max_tokens=lots` fails) and unknown keys
 (`data.train_src=...` under multi30k fails), and `instantiate(cfg.data)` builds the module.
 Rules between values (lengths vs. budgets, languages, files) are the DataModules' own and run
-in the preflight through attnlab.data.checks.check_data_config.
+in the preflight through attnlab.config.data_check.check_data_config.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from attnlab.data.tokenizer import MODEL_TYPES
-from attnlab.data.translation import MULTI30K_LANGS
+from attnlab.data.options import MULTI30K_LANGS, TOKENIZER_TYPES
 
-TokenizerType = Enum("TokenizerType", {v: v for v in MODEL_TYPES}, type=str)
+TokenizerType = Enum("TokenizerType", {v: v for v in TOKENIZER_TYPES}, type=str)
 Lang = Enum("Lang", {v: v for v in MULTI30K_LANGS}, type=str)
 
 

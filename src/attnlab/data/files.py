@@ -1,56 +1,29 @@
-"""Data preflight: find a broken data file or a bad data argument before any work starts.
-
-`check_data_config(cfg.data)` reads every file the configured DataModule will read, in full
+"""Data files checked before any work starts: each file a DataModule will read is read in full
 (gzip decompressed and CRC-checked, text decoded as strict UTF-8, lines counted as
-attnlab.data.text.read_lines counts them), and applies the DataModule's own argument rules,
-without training a tokenizer or downloading anything. Each problem is one line that starts
-with the config key, e.g.
+attnlab.data.text.read_lines counts them). Each problem is one line that starts with the config
+key, e.g.
 
     data.train_tgt: /p/train.de.gz: 28999 lines but data.train_src /p/train.en.gz has 29000; ...
     data.path: /p/x.txt.gz: not a valid gzip file (truncated: ...)
 
-The argument rules themselves live with the DataModules (`own_problems`, `expected_files`);
-this module holds the small helpers they share and the file checks.
+The DataModules name their files (`expected_files`) as DataFile records; the data preflight
+(attnlab.config.data_check) runs these checks over them.
 """
 
 from __future__ import annotations
 
 import codecs
 import gzip
-import importlib
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from attnlab.validation import present
 
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
 _TEXT = "a UTF-8 text file, plain or gzip"
-
-
-def raise_first(problems: Sequence[str]) -> None:
-    """Raise ValueError with the first of `problems` (a constructor's argument check)."""
-    if problems:
-        raise ValueError(problems[0])
-
-
-def integer_problem(key: str, value, minimum: int) -> str | None:
-    """'key=value must be an integer >= minimum' unless it is one."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
-        return None
-    return f"{key}={value!r} must be an integer >= {minimum}"
-
-
-def choice_problem(key: str, value, choices: Sequence[str]) -> str | None:
-    """'key=value; choose one of ...' unless `value` is one of `choices`."""
-    if value in choices:
-        return None
-    return f"{key}={value!r}; choose one of {', '.join(choices)}"
-
-
-def present(*problems: str | None) -> list[str]:
-    """The problems that are not None."""
-    return [p for p in problems if p]
 
 
 def as_path(value) -> Path | None:
@@ -179,36 +152,3 @@ def file_problems(groups: Iterable[Sequence[DataFile]]) -> list[str]:
                     f"{first.path} has {counts[0]}; parallel files must be line-aligned"
                 )
     return problems
-
-
-def _datamodule_class(target):
-    """The text DataModule class named by `_target_`, or None (synthetic, unknown, not text)."""
-    from attnlab.data.text import TokenizedDataModule
-
-    if not isinstance(target, str) or "." not in target:
-        return None
-    module_name, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError):
-        return None
-    return cls if isinstance(cls, type) and issubclass(cls, TokenizedDataModule) else None
-
-
-def check_data_config(data_cfg: Mapping) -> list[str]:
-    """One line per problem with the data config `data_cfg` (as in conf/data/*.yaml); [] if fine.
-
-    `_target_` names the DataModule; the other keys are its constructor arguments. Synthetic
-    data and unknown targets have nothing to check here. Reads every data file in full; never
-    trains a tokenizer or downloads (a missing file that would be downloaded is not a problem).
-    """
-    cls = _datamodule_class(data_cfg.get("_target_"))
-    if cls is None:
-        return []
-    kwargs = {k: v for k, v in data_cfg.items() if not (k.startswith("_") and k.endswith("_"))}
-    args, problems = cls.arguments(kwargs)
-    problems += cls.arg_problems(args)
-    groups = list(cls.expected_files(args))
-    if tokenizer_path := as_path(args.get("tokenizer_path")):
-        groups.append([DataFile("data.tokenizer_path", tokenizer_path, kind="sentencepiece")])
-    return problems + file_problems(groups)

@@ -19,8 +19,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from attnlab.dotted import flatten
-from attnlab.run_record import run_name
+from attnlab.runs.dotted import flatten
+from attnlab.runs.record import run_name
 
 # Overrides that do not change what a run computes: where it writes, how it logs and resumes.
 NON_DEFINING = (

@@ -1,5 +1,5 @@
 """results.json, the machine-readable record of a run (format: docs/architecture.md), its run
-name, and the git commit it ran from."""
+name, and the git commit it ran from. Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
@@ -13,9 +13,19 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config import ABLATION_KEYS, to_plain
+from attnlab.config.plain import to_plain
+from attnlab.runs.status import STATUSES
 
-STATUSES = ("running", "completed", "failed", "diverged", "interrupted")
+# The keys an ablation varies: always recorded in results.json (with any overridden key).
+ABLATION_KEYS = (
+    "model.n_heads",
+    "model.d_k",
+    "model.norm_position",
+    "model.pos_encoding",
+    "scheduler.name",
+    "scheduler.warmup_steps",
+    "seed",
+)
 
 # Short names for the run name: model.pos_encoding=rope -> pe=rope.
 ALIASES = {

@@ -9,15 +9,13 @@ or corrupted later (a full disk, a copy cut short). Every candidate is therefore
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
-
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 def checkpoint_problem(path: Path) -> str | None:
     """None if `path` loads safely and looks like a training checkpoint, else why not."""
+    import torch
+
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, bad pickle, unsafe globals, I/O errors ...
@@ -42,31 +40,3 @@ def find_resume_checkpoint(run_dir: Path, say: Callable[[str], None] = print) ->
             return path
         say(f"checkpoint {path} is unusable ({problem}); falling back to the previous one")
     return None
-
-
-def periodic_checkpoints(
-    dirpath: Path, every_n_steps: int | None, every_minutes: float | None, keep_last: int
-) -> list[ModelCheckpoint]:
-    """ModelCheckpoints every N steps and every M minutes of training (the paper wrote one every
-    10 minutes), each keeping its newest `keep_last` files, for resumption and averaging."""
-    common = dict(
-        dirpath=str(dirpath),
-        auto_insert_metric_name=False,
-        monitor="step",
-        mode="max",
-        save_top_k=keep_last,
-    )
-    callbacks = []
-    if every_n_steps:
-        callbacks.append(
-            ModelCheckpoint(filename="step={step}", every_n_train_steps=every_n_steps, **common)
-        )
-    if every_minutes:
-        callbacks.append(
-            ModelCheckpoint(
-                filename="timed-step={step}",
-                train_time_interval=timedelta(minutes=every_minutes),
-                **common,
-            )
-        )
-    return callbacks

@@ -22,10 +22,9 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab.config import (  # also registers the schemas in the ConfigStore
-    DataConfigError,
-    validate_config,
-)
+import attnlab.config.schema  # noqa: F401 (registers the schemas in Hydra's ConfigStore)
+from attnlab.config.data_check import DataConfigError
+from attnlab.config.validate import validate_config
 
 # Flags after which Hydra prints something instead of running: nothing to check.
 _INFO_FLAGS = (

@@ -1,0 +1,141 @@
+"""The plots of attnlab-compare: a metric's curve per group over training steps (mean over
+seeds, +-1 std band; runs that did not complete dotted) and a final metric per group."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnlab.analysis.groups import group_label, group_metric
+from attnlab.analysis.runs import Group, Run
+from attnlab.analysis.tables import fmt_value
+
+
+def read_curve(metrics_csv: Path, metric: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric from a Lightning CSVLogger file (sparse rows skipped)."""
+    points: dict[int, float] = {}
+    try:
+        with open(metrics_csv, newline="") as f:
+            for row in csv.DictReader(f):
+                step, value = row.get("step"), row.get(metric)
+                if step not in (None, "") and value not in (None, ""):
+                    try:
+                        points[int(float(step))] = float(value)
+                    except ValueError:
+                        continue
+    except OSError:
+        return [], []
+    steps = sorted(points)
+    return steps, [points[s] for s in steps]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(groups: Sequence[Group], names: dict, metric: str, path: Path) -> bool:
+    """Mean over completed seeds with a +-1 std band per group; other runs dotted. False when no
+    run has the metric in its metrics.csv."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    y_seen, y_other = [], []
+    for i, g in enumerate(groups):
+        color, label = f"C{i % 10}", group_label(g, names)
+        y_seen += _draw_mean_curve(ax, g, metric, color, label)
+        for run in g.runs:
+            if run.status != "completed":
+                y_other += _draw_unfinished_run(ax, run, metric, color, label)
+    if not (y_seen or y_other):
+        plt.close(fig)
+        return False
+    _fit_y_limits(ax, y_seen, y_other)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric}: mean over seeds, band = ±1 std")
+    _finish(plt, fig, ax, path)
+    return True
+
+
+def _draw_mean_curve(ax, group: Group, metric: str, color: str, label: str) -> list[float]:
+    """The group's completed runs: mean and +-1 std band per step. The y values drawn."""
+    import numpy as np
+
+    by_step: dict[int, list[float]] = {}
+    for run in group.completed():
+        for s, v in zip(*read_curve(run.run_dir / "metrics.csv", metric), strict=True):
+            if math.isfinite(v):
+                by_step.setdefault(s, []).append(v)
+    if not by_step:
+        return []
+    steps = np.array(sorted(by_step))
+    mean = np.array([np.mean(by_step[s]) for s in steps])
+    std = np.array([np.std(by_step[s], ddof=1) if len(by_step[s]) > 1 else 0.0 for s in steps])
+    ax.plot(steps, mean, color=color, label=f"{label} (n={len(group.completed())})")
+    ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+    return [*(mean - std), *(mean + std)]
+
+
+def _draw_unfinished_run(ax, run: Run, metric: str, color: str, label: str) -> list[float]:
+    """A diverged / failed / interrupted run, dotted, its last finite value marked x."""
+    steps, values = read_curve(run.run_dir / "metrics.csv", metric)
+    finite = [(s, v) for s, v in zip(steps, values, strict=True) if math.isfinite(v)]
+    if not finite:
+        return []
+    shown = [v if math.isfinite(v) else float("nan") for v in values]
+    ax.plot(steps, shown, color=color, ls=":", lw=1.5)
+    ax.plot(*finite[-1], color=color, marker="x", ms=8)
+    ax.plot([], [], color=color, ls=":", marker="x",
+            label=f"{label}: {run.status} (seed {fmt_value(run.seed)})")  # fmt: skip
+    return [v for _, v in finite]
+
+
+def _fit_y_limits(ax, y_seen: list[float], y_other: list[float]) -> None:
+    """Fit the completed runs; runs that blew up show until twice that range."""
+    if not y_seen:
+        return
+    lo, hi = min(y_seen), max(y_seen)
+    span = hi - lo or abs(hi) or 1.0
+    lo, hi = min([lo, *y_other]), min(max([hi, *y_other]), hi + span)
+    ax.set_ylim(lo - 0.05 * span, hi + 0.05 * span)
+
+
+def _finish(plt, fig, ax, path: Path, legend: bool = True) -> None:
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_final(groups: Sequence[Group], names: dict, metric: str, path: Path) -> None:
+    """Mean +- std of the metric per group (error bars), each completed seed a dot."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(groups) + 2), 4.5))
+    ticks = []
+    for i, g in enumerate(groups):
+        mean, std, n = group_metric(g, metric)
+        values = [r.metrics[metric] for r in g.completed() if metric in r.metrics]
+        values = [v for v in values if math.isfinite(v)]
+        if n:
+            ax.errorbar([i], [mean], yerr=[std or 0.0], fmt="o", color=f"C{i % 10}", capsize=6)
+            ax.scatter([i + 0.08] * len(values), values, s=12, color="k", alpha=0.5, zorder=3)
+        label = group_label(g, names).replace(", ", "\n")
+        if len(g.completed()) != len(g.runs):
+            label += f"\n({g.status()})"
+        ticks.append(label)
+    ax.set_xticks(range(len(groups)), ticks, fontsize=8)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric}: mean ± std over completed seeds\n(dots: one per seed)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

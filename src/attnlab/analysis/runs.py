@@ -1,0 +1,115 @@
+"""Runs as attnlab-compare reads them: every results.json below some paths, and the trials of
+an attnlab-sweep summary.json that left none."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.runs.dotted import flatten
+from attnlab.runs.status import status_counts
+
+
+@dataclass
+class Run:
+    path: Path  # the results.json
+    status: str
+    metrics: dict[str, float]
+    config: dict[str, Any]  # dotted keys
+    seed: Any = None
+    error: str | None = None
+    partial: bool = False  # config holds only the sweep parameters (a trial without results.json)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+
+@dataclass
+class Group:
+    values: dict[str, Any]  # differing key -> value
+    runs: list[Run] = field(default_factory=list)
+
+    def completed(self) -> list[Run]:
+        return [r for r in self.runs if r.status == "completed"]
+
+    def status(self) -> str:
+        return status_counts([r.status for r in self.runs])
+
+
+def find_results(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every results.json at or below each path (deduplicated, sorted)."""
+    found: dict[Path, None] = {}
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"no such file or directory: {p}")
+        candidates = [p] if p.is_file() else sorted(p.rglob("results.json"))
+        for c in candidates:
+            found.setdefault(c.resolve(), None)
+    return sorted(found)
+
+
+def load_run(path: Path) -> Run:
+    """Parse one results.json; ValueError with the reason when it is not a run record."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read: {err}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    config = data.get("config") or {}
+    metrics = data.get("metrics") or {}
+    if not isinstance(config, dict) or not isinstance(metrics, dict):
+        raise ValueError("'config' and 'metrics' must be objects")
+    numbers = {}
+    for name, value in metrics.items():
+        try:
+            numbers[name] = float(value)
+        except (TypeError, ValueError):
+            continue
+    config = flatten(config)
+    return Run(
+        path=path,
+        status=str(data.get("status") or "unknown"),
+        metrics=numbers,
+        config=config,
+        seed=data.get("seed", config.get("seed")),
+        error=data.get("error"),
+    )
+
+
+def trials_without_results(paths: Iterable[str | os.PathLike], found: set[Path]) -> list[Run]:
+    """Trials recorded in an attnlab-sweep summary.json that left no results.json (for example a
+    bad config, exit code 2), as runs with the trial's status and its sweep parameters."""
+    runs = []
+    for p in map(Path, paths):
+        for summary in sorted(p.rglob("summary.json")) if p.is_dir() else []:
+            try:
+                trials = json.loads(summary.read_text()).get("trials")
+            except (OSError, ValueError, AttributeError):
+                continue
+            for t in trials if isinstance(trials, list) else []:
+                if not isinstance(t, dict) or not isinstance(t.get("params"), dict):
+                    continue
+                path = (summary.parent / str(t.get("name")) / "results.json").resolve()
+                if path in found:
+                    continue
+                found.add(path)
+                runs.append(
+                    Run(
+                        path=path,
+                        status=str(t.get("status") or "unknown"),
+                        metrics={},
+                        config=flatten(t["params"]),
+                        seed=t["params"].get("seed"),
+                        error=t.get("error"),
+                        partial=True,
+                    )
+                )
+    return runs

@@ -1,0 +1,51 @@
+"""Numbers and tables as attnlab prints them: one format for attnlab-compare and the sweep
+summaries (console text and markdown)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+def fmt_value(value: Any) -> str:
+    """A config value in a table: null, true/false, compact JSON for lists and dicts."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def fmt_number(value: float | None) -> str:
+    """A metric in a table: 4 significant digits; '' for none; nan / inf as such."""
+    if value is None:
+        return ""
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def fmt_mean_std(mean: float | None, std: float | None, n: int) -> str:
+    """'0.512 ± 0.03 (n=3)'; '' when no run has the value."""
+    if not n:
+        return ""
+    cell = fmt_number(mean) + (f" ± {fmt_number(std)}" if std is not None else "")
+    return f"{cell} (n={n})"
+
+
+def text_table(rows: list[list[str]]) -> str:
+    """Rows (the first is the header) as aligned console text with a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    """Rows (the first is the header) as a markdown table, '|' escaped."""
+    lines = ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("---" for _ in rows[0]) + "|")
+    return "\n".join(lines)

@@ -1,0 +1,149 @@
+"""attnlab-compare: compare runs across the config keys that differ between them, seeds aggregated.
+
+    attnlab-compare outputs/sweeps/pos_encoding/2026-01-01_12-00-00
+    attnlab-compare outputs/sweeps/heads/* --metric test/exact_match --out reports/heads
+
+Every results.json below each PATH is one run (see docs/architecture.md). Runs are grouped by the
+config keys whose values differ between them (`seed`, run names, paths and logger settings
+excluded: DEFAULT_IGNORE, extend with --ignore); per group, the headline metric and
+every test/* metric are aggregated over the completed runs (mean, sample std, n). Diverged, failed
+and interrupted runs are counted in the group's status, never silently dropped. Writes
+comparison.md, comparison.csv, <curve>_curves.png (validation loss per group, mean over seeds with
+a +-1 std band, runs that did not complete dotted) and <metric>_by_group.png (mean +- std).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnlab.analysis import report
+from attnlab.analysis.groups import (
+    DEFAULT_IGNORE,
+    choose_metrics,
+    differing_keys,
+    group_runs,
+    short_names,
+)
+from attnlab.analysis.runs import Run, find_results, load_run, trials_without_results
+from attnlab.analysis.tables import text_table
+
+PROG = "attnlab-compare"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Compare runs (every results.json below each PATH), seeds aggregated.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="run, sweep or multirun directories")
+    p.add_argument("--metric", help="headline metric (default: val/loss_best, else val/loss)")
+    p.add_argument("--curve-metric", default="val/loss", help="metric of the curve plot")
+    p.add_argument(
+        "--group-by", action="append", metavar="KEY", help="group by this config key (repeatable)"
+    )
+    p.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="also ignore config keys matching this glob (repeatable), e.g. 'data.*'",
+    )
+    p.add_argument("--out", help="output directory (default: the first PATH, if a directory)")
+    return p
+
+
+class CompareError(Exception):
+    """One line for the user, with the exit code."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        runs, unreadable = read_runs(args.paths)
+        headline, tests = _choose_metrics(runs, args.metric)
+    except CompareError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return err.code
+    keys = args.group_by or differing_keys(runs, [*DEFAULT_IGNORE, *args.ignore])
+    groups = group_runs(runs, keys)
+    out = _out_dir(args)
+    title = (
+        f"{len(runs)} runs in {len(groups)} groups"
+        + (f" by {', '.join(keys)}" if keys else " (no config key differs)")
+        + "; seeds aggregated over completed runs"
+    )
+    table = report.comparison_table(groups, keys, headline, tests)
+    print(title)
+    print(text_table(table))
+    for path, err in unreadable:
+        print(f"could not read {path}: {err}")
+    written = write_report(out, title, table, groups, keys, headline, tests, unreadable, args)
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def read_runs(paths: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Every readable run below `paths` (sweep trials without results.json included), and the
+    results.json files that could not be read, with the reason."""
+    try:
+        found = find_results(paths)
+    except FileNotFoundError as err:
+        raise CompareError(str(err)) from None
+    runs, unreadable = [], []
+    for path in found:
+        try:
+            runs.append(load_run(path))
+        except ValueError as err:
+            unreadable.append((path, str(err)))
+    runs += trials_without_results(paths, set(found))
+    if not runs:
+        for path, err in unreadable:
+            print(f"could not read {path}: {err}")
+        raise CompareError(f"no readable results.json under {' '.join(paths)}", code=1)
+    return runs, unreadable
+
+
+def _choose_metrics(runs: list[Run], requested: str | None) -> tuple[str | None, list[str]]:
+    try:
+        return choose_metrics(runs, requested)
+    except ValueError as err:
+        raise CompareError(str(err)) from None
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    first = Path(args.paths[0])
+    out = Path(args.out) if args.out else (first if first.is_dir() else Path.cwd())
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_report(out, title, table, groups, keys, headline, tests, unreadable, args) -> list[Path]:
+    """comparison.csv, the plots and comparison.md under `out`; the files written."""
+    from attnlab.analysis.plots import plot_curves, plot_final
+
+    names = short_names(keys)
+    written = [out / "comparison.md", out / "comparison.csv"]
+    report.write_csv(out / "comparison.csv", groups, keys, headline, tests)
+    curves = out / f"{args.curve_metric.replace('/', '_')}_curves.png"
+    if plot_curves(groups, names, args.curve_metric, curves):
+        written.append(curves)
+    else:
+        print(f"no {args.curve_metric} in any metrics.csv: curve plot skipped")
+    if headline:
+        final = out / f"{headline.replace('/', '_')}_by_group.png"
+        plot_final(groups, names, headline, final)
+        written.append(final)
+    runs = report.run_rows(groups, names, headline, out)
+    images = [p for p in written if p.suffix == ".png"]
+    report.write_markdown(out / "comparison.md", title, table, runs, unreadable, images)
+    return written
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""attnlab-eval: score a checkpoint (or the average of several) on a split or on explicit files.
+
+    attnlab-eval ckpt=outputs/.../checkpoints/last.ckpt                      # the run's test split
+    attnlab-eval ckpt=outputs/.../checkpoints                  # average its periodic step=*.ckpt
+    attnlab-eval ckpt=[a.ckpt,b.ckpt,c.ckpt] split=val decode.beam_size=1   # averaged, greedy
+    attnlab-eval ckpt=last.ckpt src_file=newstest.en ref_file=newstest.de out=eval/newstest
+
+Options (key=value): ckpt (a file, a list of files, or a checkpoints directory: its step=<n>.ckpt
+files; `last=N` keeps the newest N), split (test | val | train, from the run's data config),
+src_file + ref_file (instead of split), data.<key> (override the run's data config, e.g.
+data.root=...), decode.beam_size / length_penalty / max_len_a / max_len_b (default: the run's
+callbacks.translation_quality settings, else beam 4, length penalty 0.6, a=1, b=50; beam 1 is
+greedy), batch_size, device (auto | cpu | cuda), out.
+
+Prints BLEU and chrF (sacreBLEU on detokenized text, through torchmetrics), perplexity
+(teacher-forced, on the references) and writes <out>.json and <out>.hyp (one hypothesis per
+source line, in the input order). By default <out> is <run_dir>/eval/<split>. The run directory
+(the checkpoint's nearest parent holding config.yaml) must hold tokenizer.model.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from attnlab.evaluation.checkpoints import EvalError, checkpoint_paths, find_run_dir
+
+USAGE = __doc__
+
+
+@dataclass
+class DecodeConfig:
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+
+
+@dataclass
+class EvalConfig:
+    ckpt: Any = MISSING  # one path, a list of paths (averaged) or a checkpoints directory
+    last: int | None = None  # with a directory: average only its newest `last` checkpoints
+    split: str = "test"
+    src_file: str | None = None
+    ref_file: str | None = None
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    batch_size: int = 64  # sentences per decoding batch
+    device: str = "auto"
+    out: str | None = None
+    data: dict = field(default_factory=dict)  # overrides of the run's data config (e.g. root)
+
+
+def parse_args(argv: list[str]) -> EvalConfig:
+    """The command line as an EvalConfig: `ckpt` expanded into a list of files, and decoding
+    settings defaulting to the run's own (callbacks.translation_quality in its config.yaml)."""
+    options = ", ".join(f.name for f in fields(EvalConfig))
+    try:
+        cli = OmegaConf.from_dotlist(argv)
+        cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), cli)
+        if OmegaConf.is_missing(cfg, "ckpt"):
+            raise EvalError("ckpt=<checkpoint file, [list] or checkpoints directory> is required")
+        paths = checkpoint_paths(cfg.ckpt, cfg.last)
+        run_decode = _run_decode_settings(find_run_dir(Path(paths[0])))
+        cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), {"decode": run_decode}, cli)
+        cfg.ckpt = [str(p) for p in paths]
+    except ConfigKeyError as err:
+        raise EvalError(f"{err.full_key} is not an option; expected one of: {options}") from None
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or ""
+        message = str(err).splitlines()[0]
+        raise EvalError(f"{key}: {message}" if key else message) from None
+    _check(cfg)
+    return OmegaConf.to_object(cfg)
+
+
+def _check(cfg) -> None:
+    from attnlab.validation import integer_problem
+
+    if (cfg.src_file is None) != (cfg.ref_file is None):
+        raise EvalError("src_file and ref_file go together: give both or neither")
+    for key, value in (("decode.beam_size", cfg.decode.beam_size), ("batch_size", cfg.batch_size)):
+        problem = integer_problem(key, value, 1)
+        if problem:
+            raise EvalError(problem)
+
+
+def _run_decode_settings(run_dir: Path) -> dict:
+    """The decoding settings the run used for val/ and test/bleu, if it logged BLEU."""
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        return {}
+    tq = OmegaConf.select(OmegaConf.load(cfg_path), "callbacks.translation_quality") or {}
+    return {k: tq[k] for k in ("beam_size", "length_penalty", "max_len_a", "max_len_b") if k in tq}
+
+
+def evaluate(cfg: EvalConfig) -> dict:
+    """Translate and score the (averaged) checkpoint; write <out>.hyp and <out>.json."""
+    from attnlab.evaluation.checkpoints import load_model
+
+    started = time.perf_counter()
+    model, hparams, run_dir = load_model(cfg.ckpt)
+    if model.config.arch != "encoder_decoder":
+        raise EvalError(
+            "attnlab-eval translates with encoder_decoder checkpoints; "
+            f"{cfg.ckpt[0]} is {model.config.arch}"
+        )
+    device = _device(cfg.device)
+    model.to(device)
+    src_path, ref_path, name = _sources(cfg, run_dir)
+    tokenizer, dataset, refs = _dataset(run_dir, src_path, ref_path, name, model.config.max_len)
+    scores = _score(model, tokenizer, dataset, refs, cfg, device, hparams)
+    out = Path(cfg.out) if cfg.out else run_dir / "eval" / name
+    return _write(out, scores, cfg, src_path, ref_path, started)
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _sources(cfg: EvalConfig, run_dir: Path) -> tuple[Path, Path, str]:
+    """(source file, reference file, name of the output files)."""
+    from attnlab.evaluation.translation import split_files
+
+    if cfg.src_file:
+        src_path, ref_path = Path(cfg.src_file), Path(cfg.ref_file)
+        name = src_path.name.removesuffix(".gz")
+    else:
+        src_path, ref_path = split_files(run_dir, cfg.split, cfg.data)
+        name = cfg.split
+    for p in (src_path, ref_path):
+        if not Path(p).is_file():
+            raise EvalError(f"file not found: {p}")
+    return src_path, ref_path, name
+
+
+def _dataset(run_dir: Path, src_path: Path, ref_path: Path, name: str, max_len: int | None):
+    """The run's tokenizer, the tokenized sentence pairs (none dropped) and the raw references."""
+    from attnlab.data.text import ParallelTextDataset, read_lines
+    from attnlab.data.tokenizer import Tokenizer
+
+    tok_path = run_dir / "tokenizer.model"
+    if not tok_path.is_file():
+        raise EvalError(f"{tok_path} not found: the run directory must hold its tokenizer")
+    tokenizer = Tokenizer.from_file(tok_path)
+    srcs, refs = read_lines(src_path), read_lines(ref_path)
+    if len(srcs) != len(refs):
+        raise EvalError(f"{src_path} has {len(srcs)} lines but {ref_path} has {len(refs)}")
+    dataset = ParallelTextDataset(
+        srcs,
+        refs,
+        tokenizer,
+        max_src_len=max_len,
+        max_tgt_len=max_len,
+        filter_long=False,
+        name=name,
+    )
+    return tokenizer, dataset, refs
+
+
+def _score(model, tokenizer, dataset, refs, cfg: EvalConfig, device, hparams) -> dict:
+    from attnlab.evaluation.translation import bleu_and_chrf, perplexity, translate
+
+    bos, eos = hparams.get("bos_id", 2), hparams.get("eos_id", 3)
+    hyps = translate(model, tokenizer, dataset, cfg.decode, cfg.batch_size, device, bos, eos)
+    bleu, chrf = bleu_and_chrf(hyps, refs)
+    ppl, nll = perplexity(model, dataset, device, cfg.batch_size)
+    return {"hyps": hyps, "bleu": bleu, "chrf": chrf, "perplexity": ppl, "nll": nll}
+
+
+def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started: float) -> dict:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    hyp_path, json_path = out.with_name(out.name + ".hyp"), out.with_name(out.name + ".json")
+    hyp_path.write_text("\n".join(scores["hyps"]) + "\n", encoding="utf-8")
+    results = {
+        "bleu": round(scores["bleu"], 2),
+        "chrf": round(scores["chrf"], 2),
+        "perplexity": scores["perplexity"],
+        "nll": scores["nll"],
+        "n_sentences": len(scores["hyps"]),
+        "source": str(Path(src_path).resolve()),
+        "reference": str(Path(ref_path).resolve()),
+        "checkpoints": [str(Path(p).resolve()) for p in cfg.ckpt],
+        "averaged": len(cfg.ckpt) > 1,
+        "decode": OmegaConf.to_container(OmegaConf.structured(cfg.decode)),
+        "hypotheses": str(hyp_path),
+        "json": str(json_path),
+        "wall_time_s": round(time.perf_counter() - started, 2),
+    }
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        sys.exit(0 if argv else 2)
+    try:
+        cfg = parse_args(argv)
+        results = evaluate(cfg)
+    except EvalError as err:
+        print(f"attnlab-eval: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(
+        f"BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  "
+        f"perplexity {results['perplexity']:.2f}  ({results['n_sentences']} sentences, "
+        f"beam {cfg.decode.beam_size}, {len(cfg.ckpt)} checkpoint(s))"
+    )
+    print(f"results: {results['json']}")
+    print(f"hypotheses: {results['hypotheses']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""attnlab-train: train, validate and test one model from a Hydra config (conf/train.yaml).
+
+    attnlab-train                                   # small model on `reverse`, CPU, ~1-2 min
+    attnlab-train model.pos_encoding=rope model.n_heads=2 scheduler.warmup_steps=200
+    attnlab-train -m model.norm_position=pre,post seed=1,2,3
+    attnlab-train --help                            # config groups and options
+
+The command line is checked first (attnlab.config.preflight: one line, exit 2); then Hydra runs
+attnlab.training.run.train once per job. The exit code is that of the worst job
+(attnlab.runs.status.EXIT_CODES).
+"""
+
+from __future__ import annotations
+
+import sys
+
+PROG = "attnlab-train"
+
+_EXIT_STATUSES: list[str] = []
+
+
+def _run_dir_resolver(name: str, seed: int, resume: str) -> str:
+    """${attnlab_run_dir:${name},${seed},${resume}} in conf/train.yaml's hydra.run.dir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from attnlab.runs.identity import run_dir_name
+
+    overrides = list(HydraConfig.get().overrides.task)
+    return run_dir_name(str(name), overrides, int(seed), fresh=str(resume) == "never")
+
+
+def register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("attnlab_run_dir", _run_dir_resolver, replace=True)
+
+
+def _task(cfg) -> dict:
+    """One Hydra job: train, and remember its status for the exit code."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from attnlab.runs.identity import RunConfigChanged
+    from attnlab.training.run import train
+
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
+        cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
+    try:
+        results = train(cfg, overrides=list(hydra_cfg.overrides.task))
+    except RunConfigChanged as err:  # nothing was written: one line, exit 2
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        _EXIT_STATUSES.append("config_error")
+        return {"status": "config_error", "error": str(err)}
+    _EXIT_STATUSES.append(results.get("status", "failed"))
+    return results
+
+
+def main() -> None:
+    """Console entry point: preflight the overrides (one-line errors, exit 2), then Hydra."""
+    import hydra
+
+    from attnlab.config.location import conf_dir
+    from attnlab.config.preflight import preflight
+    from attnlab.runs.status import exit_code
+
+    register_resolvers()
+    preflight(sys.argv[1:], conf_dir(), prog=PROG)
+    hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
+    sys.exit(exit_code(_EXIT_STATUSES))  # the worst status of the run or the multirun's jobs
+
+
+if __name__ == "__main__":
+    main()

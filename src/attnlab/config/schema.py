@@ -1,0 +1,225 @@
+"""The config schema: dataclasses registered in Hydra's ConfigStore, one per config group.
+
+conf/train.yaml starts its defaults list with `train_schema`, so every composed config is typed:
+OmegaConf rejects `model.n_heads=two` or `model.pos_encoding=foo` (listing the valid choices)
+while composing. Choice fields are `str` Enums built from the choice tuples of the layers
+(attnlab.model.config, attnlab.data.options, attnlab.training.schedules);
+attnlab.config.plain.to_plain turns them back into plain strings.
+
+Checks between fields (d_model divisible by n_heads, ...) run later, in attnlab.config.validate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from attnlab.config.data_schema import TEXT_DATA_SCHEMAS
+from attnlab.data.options import SYNTHETIC_TASKS
+from attnlab.model.config import (
+    ACTIVATIONS,
+    ARCHS,
+    INITS,
+    NORM_POSITIONS,
+    NORM_TYPES,
+    POS_ENCODINGS,
+    TransformerConfig,
+)
+from attnlab.training.losses import LOSS_NORMALIZATIONS
+from attnlab.training.schedules import SCHEDULERS
+
+
+def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+Arch = _choices("Arch", ARCHS)
+NormPosition = _choices("NormPosition", NORM_POSITIONS)
+NormType = _choices("NormType", NORM_TYPES)
+PosEncoding = _choices("PosEncoding", POS_ENCODINGS)
+Init = _choices("Init", INITS)
+Activation = _choices("Activation", ACTIVATIONS)
+Scheduler = _choices("Scheduler", SCHEDULERS)
+Optimizer = _choices("Optimizer", ("adam", "adamw"))
+SyntheticTask = _choices("SyntheticTask", SYNTHETIC_TASKS)
+LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
+
+_TC = TransformerConfig  # schema defaults are the paper's base model, as in TransformerConfig
+
+
+@dataclass
+class ModelConfig:
+    """TransformerConfig minus vocab_size and pad_id, which come from the data."""
+
+    name: str = "transformer_base"
+    arch: Arch = Arch(_TC.arch)
+    d_model: int = _TC.d_model
+    n_heads: int = _TC.n_heads
+    d_k: int | None = _TC.d_k
+    d_ff: int = _TC.d_ff
+    n_encoder_layers: int = _TC.n_encoder_layers
+    n_decoder_layers: int = _TC.n_decoder_layers
+    dropout: float = _TC.dropout
+    attn_dropout: float = _TC.attn_dropout
+    norm_position: NormPosition = NormPosition(_TC.norm_position)
+    norm_type: NormType = NormType(_TC.norm_type)
+    pos_encoding: PosEncoding = PosEncoding(_TC.pos_encoding)
+    max_len: int | None = _TC.max_len
+    share_embeddings: bool = _TC.share_embeddings
+    init: Init = Init(_TC.init)
+    activation: Activation = Activation(_TC.activation)
+
+
+@dataclass
+class SyntheticDataConfig:
+    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive."""
+
+    _target_: str = "attnlab.data.synthetic.SyntheticDataModule"
+    name: SyntheticTask = SyntheticTask.reverse
+    arch: Arch = "${model.arch}"  # the model decides the batch format (seq2seq or lm)
+    n_symbols: int = 16
+    train_len: list[int] = field(default_factory=lambda: [1, 12])
+    eval_len: list[int] = field(default_factory=lambda: [1, 12])
+    batch_size: int = 64
+    train_size: int = 1_000_000
+    val_size: int = 512
+    test_size: int = 1024
+    seed: int = "${seed}"
+    num_workers: int = 0
+
+
+@dataclass
+class OptimConfig:
+    """Adam with the paper's betas and eps (Sec. 5.3). `lr` is the peak learning rate of the
+    inverse_sqrt, cosine and constant schedules; noam derives its own from d_model."""
+
+    name: Optimizer = Optimizer.adam
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+
+
+@dataclass
+class SchedulerConfig:
+    """attnlab.training.schedules; stepped every optimizer step. max_steps (cosine) defaults to
+    trainer.max_steps; scale multiplies noam's formula."""
+
+    name: Scheduler = Scheduler.noam
+    warmup_steps: int = 4000
+    scale: float = 1.0
+    min_lr: float = 0.0
+    max_steps: int | None = None
+
+
+@dataclass
+class LossConfig:
+    """Label-smoothed cross-entropy (Sec. 5.4, eps_ls), padding ignored. `normalize`: divide the
+    summed token losses by the target tokens of the global batch (tokens_global: all DDP ranks,
+    so DDP computes the same gradient as one process) or of each rank's share (tokens: DDP then
+    averages the ranks' means, which differs when ranks hold different numbers of tokens)."""
+
+    label_smoothing: float = 0.1
+    normalize: LossNormalize = LossNormalize.tokens_global
+
+
+@dataclass
+class TrainerConfig:
+    """Keyword arguments of lightning.Trainer (see its docs for each)."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    max_steps: int = -1
+    max_epochs: int | None = None
+    max_time: Any = None  # "DD:HH:MM:SS": stop training after this much wall time
+    val_check_interval: Any = None  # int: every N training batches, float: fraction of an epoch
+    check_val_every_n_epoch: int | None = 1
+    log_every_n_steps: int = 50
+    gradient_clip_val: float | None = None
+    accumulate_grad_batches: int = 1
+    deterministic: Any = False
+    enable_progress_bar: bool = True
+    enable_model_summary: bool = True
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
+    limit_test_batches: Any = None
+    num_sanity_val_steps: int = 2
+
+
+@dataclass
+class WandbConfig:
+    """lightning WandbLogger. offline=true never tries to upload; without an API key or network
+    the run goes offline by itself."""
+
+    project: str = "attnlab"
+    entity: str | None = None
+    offline: bool = False
+    log_model: bool = False
+
+
+@dataclass
+class LoggerConfig:
+    """Loggers besides the CSV one (metrics.csv is always written)."""
+
+    wandb: WandbConfig | None = None
+
+
+@dataclass
+class PathsConfig:
+    root: str = "outputs"
+    multirun_root: str = "multirun"
+    run_dir: str = "${hydra:runtime.output_dir}"
+
+
+@dataclass
+class CheckpointConfig:
+    """Periodic checkpoints for resumption and averaging (the paper: every 10 minutes, the
+    last 5 averaged). Written into <run_dir>/checkpoints, atomically."""
+
+    every_n_steps: int | None = 500
+    every_minutes: float | None = 10.0
+    keep_last: int = 5
+
+
+@dataclass
+class TrainConfig:
+    name: str = "default"
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    run_name: str | None = None
+    seed: int = 1
+    torch_threads: int | None = None  # torch.set_num_threads; None: torch's default
+    # Greedy exact match on every evaluation; null: for synthetic data only (for text, BLEU).
+    exact_match: bool | None = None
+    model: ModelConfig = MISSING
+    data: Any = MISSING
+    optim: OptimConfig = MISSING
+    scheduler: SchedulerConfig = MISSING
+    loss: LossConfig = field(default_factory=LossConfig)
+    trainer: TrainerConfig = MISSING
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    callbacks: dict[str, Any] = field(default_factory=dict)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str = "auto"  # auto | never | a checkpoint path
+    paths: PathsConfig = field(default_factory=PathsConfig)
+
+
+def register_configs() -> None:
+    """Store `train_schema`, the base of conf/train.yaml (it types every group but `data`), and
+    `synthetic_data_schema`, named by the synthetic data files (`/synthetic_data_schema@_here_`);
+    other data modules may register their own."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="synthetic_data_schema", node=SyntheticDataConfig)
+    for name, schema in TEXT_DATA_SCHEMAS.items():  # attnlab.config.data_schema
+        cs.store(name=name, node=schema)
+
+
+register_configs()

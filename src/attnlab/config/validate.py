@@ -1,0 +1,174 @@
+"""Checks between config fields, before anything is built or written.
+
+Types and choices were already checked while composing (attnlab.config.schema). `validate_config`
+adds the rules that involve several keys or the data, each a short function below, and raises
+ValueError (DataConfigError for the data files) with one line that names the key.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.config.data_check import DataConfigError, check_data_config
+from attnlab.config.plain import to_plain
+from attnlab.config.schema import SyntheticDataConfig
+from attnlab.data.options import TASK_OF_ARCH
+from attnlab.data.vocab import NUM_SPECIAL
+from attnlab.model.config import TransformerConfig
+from attnlab.training.schedules import SCHEDULERS
+from attnlab.validation import choice_problem, integer_problem, number_problem, raise_first
+
+__all__ = ["DataConfigError", "exact_match_enabled", "transformer_config", "validate_config"]
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Every check below, in turn; the first problem raises."""
+    model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
+    _check_schedule_and_loss(cfg)
+    _check_run_control(cfg)
+    _check_task(cfg, model.arch)
+    _check_world_size(cfg)
+    _check_synthetic_data(cfg, model)
+    problems = check_data_config(to_plain(cfg.data))  # text data: every file read in full
+    if problems:
+        raise DataConfigError(problems)
+
+
+def transformer_config(model: DictConfig | dict, vocab_size: int, pad_id: int) -> TransformerConfig:
+    """Build (and so validate) the TransformerConfig for cfg.model; errors name `model.<key>`."""
+    kwargs = dict(model) if isinstance(model, dict) else to_plain(model)
+    kwargs.pop("name", None)
+    known = [k for k in TransformerConfig.__dataclass_fields__ if k not in ("vocab_size", "pad_id")]
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        raise ValueError(
+            f"model.{unknown[0]} is not a model option; expected one of: {', '.join(known)}"
+        )
+    try:
+        return TransformerConfig(**kwargs, vocab_size=vocab_size, pad_id=pad_id)
+    except ValueError as err:
+        raise ValueError(_prefix_fields(str(err), "model.")) from None
+
+
+def _prefix_fields(message: str, prefix: str) -> str:
+    """'n_heads=3 ...' -> 'model.n_heads=3 ...' for every TransformerConfig field named."""
+    names = "|".join(sorted(TransformerConfig.__dataclass_fields__, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.])({names})(?==)", rf"{prefix}\1", message)
+
+
+def _vocab_size_hint(data: DictConfig) -> int:
+    """The vocabulary size the data will have, where the config tells it (synthetic data);
+    otherwise a stand-in that only needs to exceed the special ids."""
+    if OmegaConf.get_type(data) is SyntheticDataConfig:
+        return NUM_SPECIAL + int(data.n_symbols) + (str(data.arch) == "decoder_only")
+    return int(data.get("vocab_size") or NUM_SPECIAL + 1)
+
+
+def exact_match_enabled(cfg: DictConfig) -> bool:
+    """cfg.exact_match, where null means: for synthetic data only. (Greedy-decoding every
+    evaluation sentence is the measure for the synthetic tasks; for text it is slow and near 0.)"""
+    if cfg.get("exact_match") is not None:
+        return bool(cfg.exact_match)
+    return OmegaConf.get_type(cfg.data) is SyntheticDataConfig
+
+
+def _check_schedule_and_loss(cfg: DictConfig) -> None:
+    scheduler = to_plain(cfg.scheduler)
+    raise_first(
+        [
+            choice_problem("scheduler.name", scheduler["name"], SCHEDULERS),
+            integer_problem("scheduler.warmup_steps", scheduler["warmup_steps"], 0),
+            number_problem("loss.label_smoothing", cfg.loss.label_smoothing, 0.0, 1.0),
+        ]
+    )
+
+
+def _check_run_control(cfg: DictConfig) -> None:
+    """resume and checkpoint.*."""
+    resume = str(cfg.get("resume", "auto"))
+    if resume not in ("auto", "never") and not Path(resume).is_file():
+        raise ValueError(
+            f"resume={resume!r} is not valid; expected auto, never or the path of an existing "
+            "checkpoint file"
+        )
+    ckpt = cfg.get("checkpoint")
+    if ckpt is None:
+        return
+    for key in ("every_n_steps", "every_minutes"):
+        value = ckpt.get(key)
+        if value is not None and value <= 0:
+            raise ValueError(
+                f"checkpoint.{key}={value} is not valid; expected a positive number or null"
+            )
+    raise_first([integer_problem("checkpoint.keep_last", ckpt.keep_last, 1)])
+
+
+def world_size(trainer: DictConfig) -> int | None:
+    """Processes of the run, trainer.devices x trainer.num_nodes, where the config says it (an
+    integer or a list of device ids); None for "auto", -1 and the like."""
+    devices = trainer.get("devices", 1)
+    if OmegaConf.is_list(devices) or isinstance(devices, list | tuple):
+        n = len(devices)
+    elif isinstance(devices, int) and not isinstance(devices, bool):
+        n = devices
+    elif isinstance(devices, str) and devices.strip().isdigit():
+        n = int(devices)
+    else:
+        return None
+    return n * int(trainer.get("num_nodes", 1)) if n > 0 else None
+
+
+def _check_world_size(cfg: DictConfig) -> None:
+    """trainer.num_nodes >= 1; data.batch_size (a global batch) divisible by the world size."""
+    from attnlab.data.batching import per_rank_batch_size
+
+    raise_first([integer_problem("trainer.num_nodes", cfg.trainer.get("num_nodes", 1), 1)])
+    world = world_size(cfg.trainer)
+    batch_size = cfg.data.get("batch_size")
+    if world and isinstance(batch_size, int) and not isinstance(batch_size, bool):
+        per_rank_batch_size(batch_size, world)
+
+
+def _check_task(cfg: DictConfig, arch: str) -> None:
+    """A decoder-only model needs language-model data, an encoder-decoder sentence pairs.
+    Synthetic tasks serve both (the datamodule's `task` follows model.arch)."""
+    target = OmegaConf.select(cfg, "data._target_", default=None)
+    if not isinstance(target, str):
+        return
+    import importlib
+
+    module, _, name = target.rpartition(".")
+    try:
+        task = getattr(getattr(importlib.import_module(module), name), "task", None)
+    except (ImportError, AttributeError):
+        return  # instantiate reports an unknown _target_
+    check_task(arch, task, OmegaConf.select(cfg, "data.name", default=name))
+
+
+def check_task(arch: str, task: str | None, data_name: str) -> None:
+    """ValueError unless data of `task` ("seq2seq" or "lm") can train a model.arch=`arch`."""
+    needed = TASK_OF_ARCH[arch]
+    if isinstance(task, str) and task and task != needed:
+        raise ValueError(
+            f"model.arch={arch!r} cannot train on data={data_name!r} ({task} data); "
+            f"an {arch} model needs {needed} data"
+        )
+
+
+def _check_synthetic_data(cfg: DictConfig, model: TransformerConfig) -> None:
+    """The synthetic DataModule's own argument rules; learned positions long enough."""
+    if OmegaConf.get_type(cfg.data) is not SyntheticDataConfig:
+        return
+    from attnlab.data.synthetic import SyntheticDataModule
+
+    kwargs = to_plain(cfg.data)
+    kwargs.pop("_target_")
+    data = SyntheticDataModule(**kwargs)  # its constructor checks lengths and sizes
+    if model.pos_encoding == "learned" and model.max_len < data.max_seq_len:
+        raise ValueError(
+            f"model.max_len={model.max_len} is shorter than the longest sequence of the data "
+            f"({data.max_seq_len}); learned positions need model.max_len >= {data.max_seq_len}"
+        )

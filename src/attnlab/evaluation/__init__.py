@@ -1,0 +1,1 @@
+"""Scoring trained checkpoints: loading (and averaging) them, translating and scoring text."""

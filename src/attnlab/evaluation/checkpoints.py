@@ -1,0 +1,79 @@
+"""Checkpoints to evaluate: files named on the command line, a run's periodic checkpoints,
+their average (Sec. 6.1), and the run directory they came from."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+
+class EvalError(Exception):
+    """A problem with the user's input, reported in one line."""
+
+
+_STEP_CKPT = re.compile(r"step=(\d+)\.ckpt$")
+
+
+def checkpoint_paths(ckpt: Any, last: int | None = None) -> list[Path]:
+    """`ckpt` (a path, a list of paths, or a directory) as the list of checkpoint files to
+    average. A directory stands for its periodic checkpoints step=<n>.ckpt, oldest first, of
+    which `last` keeps the newest."""
+    given = list(ckpt) if isinstance(ckpt, list | tuple) or OmegaConf.is_list(ckpt) else [ckpt]
+    if not given:
+        raise EvalError("ckpt=[] names no checkpoint")
+    if last is not None and last < 1:
+        raise EvalError(f"last={last} is not valid; expected an integer >= 1")
+    paths: list[Path] = []
+    for item in given:
+        path = Path(str(item)).expanduser()
+        if path.is_dir():
+            paths += _periodic_checkpoints(path, last)
+        elif not path.is_file():
+            raise EvalError(f"ckpt: file not found: {path}")
+        else:
+            paths.append(path)
+    return paths
+
+
+def _periodic_checkpoints(folder: Path, last: int | None) -> list[Path]:
+    found = sorted(
+        (p for p in folder.glob("step=*.ckpt") if _STEP_CKPT.search(p.name)),
+        key=lambda p: int(_STEP_CKPT.search(p.name).group(1)),
+    )
+    if not found:
+        raise EvalError(f"ckpt: {folder} holds no periodic step=<n>.ckpt checkpoints")
+    return found[-last:] if last else found
+
+
+def find_run_dir(ckpt: Path) -> Path:
+    """The run directory of a checkpoint: its nearest parent holding config.yaml (a checkpoint
+    copied elsewhere: the parent of its folder, where tokenizer.model is then looked for)."""
+    ckpt = ckpt.resolve()
+    for parent in list(ckpt.parents)[:3]:
+        if (parent / "config.yaml").is_file():
+            return parent
+    return ckpt.parent.parent
+
+
+def load_model(paths: list[str]):
+    """The (averaged) model in eval mode, the training hyper-parameters and the run directory."""
+    import torch
+
+    from attnlab.model import Transformer, TransformerConfig
+    from attnlab.training.averaging import average_checkpoints
+
+    try:
+        state = average_checkpoints(paths)  # loads each safely, checks they match
+        first = torch.load(paths[0], map_location="cpu", weights_only=True)
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        raise EvalError(f"ckpt: {str(err).strip().splitlines()[0]}") from None
+    hparams = first.get("hyper_parameters", {}) if isinstance(first, dict) else {}
+    if "model" not in hparams:
+        raise EvalError(f"ckpt: {paths[0]} has no model hyper-parameters (not an attnlab run?)")
+    model = Transformer(TransformerConfig(**hparams["model"]))
+    weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    model.load_state_dict(weights)
+    return model.eval(), hparams, find_run_dir(Path(paths[0]))

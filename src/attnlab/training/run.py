@@ -1,0 +1,305 @@
+"""One training run of a composed config: resume or start, build, fit, test, record.
+
+`train(cfg, overrides)` is a sequence of named steps, each below; attnlab-train
+(attnlab.cli.train) calls it once per job, and the tests call it in-process. The run directory
+and results.json are described in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.config.plain import plain_config, to_plain
+from attnlab.config.validate import (
+    check_task,
+    exact_match_enabled,
+    transformer_config,
+    validate_config,
+)
+from attnlab.data.options import task_for_arch
+from attnlab.data.resumable import make_resumable
+from attnlab.runs.checkpoints import checkpoint_problem, find_resume_checkpoint
+from attnlab.runs.dotted import flatten
+from attnlab.runs.guard import RunState, run_guard
+from attnlab.runs.identity import RunConfigChanged, config_drift
+from attnlab.runs.loggers import build_loggers
+from attnlab.runs.record import RunRecord, ablation_config, run_name
+from attnlab.runs.wandb import finish_wandb, wandb_id
+from attnlab.training.callbacks import Preemption, RNGState, periodic_checkpoints
+from attnlab.training.environment import cluster_plugins, warn_if_bf16_is_emulated
+from attnlab.training.module import TransformerModule, module_for
+
+PROG = "attnlab-train"
+
+# Lightning 2.6 on torch 2.13 warns on every run about its own use of a torch internal.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+
+
+def say(message: str) -> None:
+    """One line of attnlab-train's output, from rank zero only."""
+    if rank_zero_only.rank == 0:
+        print(f"{PROG}: {message}")
+
+
+@dataclass
+class Built:
+    """The objects of one run."""
+
+    datamodule: L.LightningDataModule
+    module: TransformerModule
+    trainer: L.Trainer
+    loggers: list
+    preemption: Preemption
+
+
+def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """Fit, test and record one run of the composed config `cfg`; return results.json's content.
+
+    `overrides` are the command-line overrides (for the run name and the record). On an
+    exception the record says "failed" (or "interrupted") and the exception propagates.
+    """
+    overrides = list(overrides or [])
+    validate_config(cfg)
+    run_dir = Path(cfg.paths.run_dir)
+    previous = RunRecord.read(run_dir)
+    if _already_completed(cfg, run_dir, previous):
+        return previous
+    ckpt_path = _resume_checkpoint(cfg, run_dir, previous)
+    state = _start_record(cfg, run_dir, overrides, previous, ckpt_path)
+    with _torch_threads(cfg.torch_threads), run_guard(state):
+        built = _build(cfg, run_dir, run_name_of(cfg, overrides))
+        state.loggers, state.trainer = built.loggers, built.trainer
+        _log_config(cfg, built, state)
+        built.trainer.fit(
+            built.module,
+            datamodule=built.datamodule,
+            ckpt_path=str(ckpt_path) if ckpt_path else None,
+            weights_only=True,
+        )
+        status = _final_status(built)
+        metrics = _scalars(built.trainer.callback_metrics)
+        if status == "completed":
+            metrics.update(_test(built))
+        return _finish(state, built, status, metrics)
+
+
+# --- resumption ------------------------------------------------------------------------------
+
+
+def _already_completed(cfg: DictConfig, run_dir: Path, previous: dict | None) -> bool:
+    """resume=auto and the run directory holds this config, completed: nothing to train."""
+    if str(cfg.get("resume", "auto")) != "auto" or previous is None:
+        return False
+    refuse_changed_config(run_dir, cfg)
+    if previous.get("status") != "completed":
+        return False
+    say(f"already completed: {run_dir / 'results.json'} (use resume=never to train it again)")
+    return True
+
+
+def _resume_checkpoint(cfg: DictConfig, run_dir: Path, previous: dict | None) -> Path | None:
+    """resume=auto: the run's newest checkpoint that loads; resume=<path>: that file."""
+    resume = str(cfg.get("resume", "auto"))
+    path = None
+    if resume == "auto" and previous is not None:
+        path = find_resume_checkpoint(run_dir, say=say)
+    elif resume not in ("auto", "never"):
+        path = Path(resume)
+        problem = checkpoint_problem(path)
+        if problem:
+            raise ValueError(f"resume={resume}: cannot load this checkpoint ({problem})")
+    if path is not None:
+        say(f"resuming from {path}")
+    return path
+
+
+def refuse_changed_config(run_dir: Path, cfg: DictConfig, shown: int = 3) -> None:
+    """RunConfigChanged (nothing written) when `run_dir`'s config.yaml differs from `cfg` in a
+    key that defines the run: a preset or a default edited since the run was made."""
+    stored_path = run_dir / "config.yaml"
+    if not stored_path.is_file():
+        return
+    stored = OmegaConf.to_container(OmegaConf.load(stored_path))
+    drift = config_drift(stored, plain_config(cfg))
+    if drift:
+        more = f" and {len(drift) - shown} more" if len(drift) > shown else ""
+        raise RunConfigChanged(
+            f"{run_dir} was trained with a different config ({'; '.join(drift[:shown])}{more}), "
+            "probably an edited preset or default; add resume=never to train this config in a "
+            "new directory"
+        )
+
+
+def _start_record(
+    cfg: DictConfig, run_dir: Path, overrides: list[str], previous: dict | None, ckpt_path
+) -> RunState:
+    """Write config.yaml and a "running" results.json (rank zero); the guard's state."""
+    is_rank_zero = rank_zero_only.rank == 0
+    if is_rank_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    record = RunRecord(
+        run_dir,
+        name=cfg.name,
+        seed=cfg.seed,
+        overrides=overrides,
+        config=ablation_config(cfg, overrides),
+    )
+    if is_rank_zero:
+        record.write("running")
+    prior = previous.get("wall_time_s", 0.0) if ckpt_path and previous else 0.0
+    return RunState(record, is_rank_zero=is_rank_zero, prior_wall_time=prior)
+
+
+def run_name_of(cfg: DictConfig, overrides: list[str]) -> str:
+    """cfg.run_name, else one derived from the overrides (pe=rope-norm=pre-s=1)."""
+    return cfg.run_name or run_name(overrides, default=cfg.name)
+
+
+@contextmanager
+def _torch_threads(n: int | None):
+    """torch.set_num_threads(n) for the block (n None: leave torch's default)."""
+    before = torch.get_num_threads()
+    try:
+        if n:
+            torch.set_num_threads(n)
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# --- building --------------------------------------------------------------------------------
+
+
+def _build(cfg: DictConfig, run_dir: Path, name: str) -> Built:
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = build_datamodule(cfg, run_dir)
+    module = build_module(cfg, datamodule)
+    loggers = build_loggers(cfg, run_dir, name)
+    trainer, preemption = build_trainer(cfg, run_dir, loggers)
+    return Built(datamodule, module, trainer, loggers, preemption)
+
+
+def build_datamodule(cfg: DictConfig, run_dir: Path) -> L.LightningDataModule:
+    """cfg.data instantiated, resumable mid-epoch; its tokenizer saved into the run."""
+    datamodule = instantiate(to_plain(cfg.data))
+    make_resumable(datamodule)  # a resumed run continues at the batch where it stopped
+    arch = str(to_plain(cfg.model)["arch"])
+    if datamodule.task != task_for_arch(arch):
+        check_task(arch, datamodule.task, str(cfg.data.get("name", cfg.data.get("_target_"))))
+    if rank_zero_only.rank == 0 and hasattr(datamodule, "save_tokenizer"):
+        datamodule.save_tokenizer(run_dir)  # <run_dir>/tokenizer.model decodes checkpoints
+    return datamodule
+
+
+def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
+    """The LightningModule for the data's task, with the model sized to its vocabulary."""
+    model_config = transformer_config(cfg.model, datamodule.vocab_size, datamodule.pad_id)
+    return module_for(datamodule.task)(
+        model=model_config.to_dict(),
+        optim=to_plain(cfg.optim),
+        scheduler=to_plain(cfg.scheduler),
+        label_smoothing=cfg.loss.label_smoothing,
+        loss_normalize=to_plain(cfg.loss)["normalize"],
+        bos_id=datamodule.bos_id,
+        eos_id=datamodule.eos_id,
+        max_steps=cfg.trainer.max_steps,
+        exact_match=exact_match_enabled(cfg),
+    )
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trainer, Preemption]:
+    """lightning.Trainer from cfg.trainer, with the configured callbacks, periodic
+    checkpoints, preemption handling and RNG state in checkpoints."""
+    callbacks = [instantiate(c) for c in to_plain(cfg.callbacks).values() if c]
+    ckpt_dir = run_dir / "checkpoints"
+    callbacks += periodic_checkpoints(ckpt_dir, **to_plain(cfg.checkpoint))
+    preemption = Preemption(ckpt_dir)
+    callbacks += [preemption, RNGState()]
+    trainer = L.Trainer(
+        **to_plain(cfg.trainer),
+        logger=loggers,
+        callbacks=callbacks,
+        # checkpoints come from a ModelCheckpoint in `callbacks` only (callbacks=none: none)
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        default_root_dir=str(run_dir),
+        use_distributed_sampler=False,  # the data modules shard by rank themselves
+        plugins=cluster_plugins(),
+    )
+    if rank_zero_only.rank == 0:
+        warn_if_bf16_is_emulated(trainer, PROG)
+    return trainer, preemption
+
+
+def _log_config(cfg: DictConfig, built: Built, state: RunState) -> None:
+    """The whole config (dotted keys) and the parameter count to every logger; the W&B run id
+    into the record."""
+    flat_config = flatten(plain_config(cfg))
+    flat_config["model.num_parameters"] = built.module.model.num_parameters()
+    for logger in built.loggers:
+        logger.log_hyperparams(flat_config)
+    if state.is_rank_zero:
+        state.record.write(wandb_run_id=wandb_id(built.loggers))
+
+
+# --- ending ----------------------------------------------------------------------------------
+
+
+def _final_status(built: Built) -> str:
+    if built.trainer.interrupted or built.preemption.interrupted:
+        return "interrupted"
+    return "diverged" if built.module.diverged else "completed"
+
+
+def _test(built: Built) -> dict[str, float]:
+    """Test the best checkpoint (the last weights without one); {} without a test split."""
+    if not _has_test_split(built.datamodule):
+        say("the data has no test split (data.test_src / test_tgt); not testing")
+        return {}
+    checkpoint = built.trainer.checkpoint_callback
+    best = "best" if checkpoint is not None and checkpoint.best_model_path else None
+    built.trainer.test(
+        built.module, datamodule=built.datamodule, ckpt_path=best, weights_only=False
+    )
+    return _scalars(built.trainer.callback_metrics)
+
+
+def _has_test_split(datamodule) -> bool:
+    """False for parallel text configured without test files (they are optional)."""
+    try:
+        getattr(datamodule, "split_files", lambda split: None)("test")
+    except ValueError:
+        return False
+    return True
+
+
+def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float]) -> dict:
+    """results.json with the final status and metrics; W&B summary; one line of output."""
+    results = {"metrics": metrics, "steps": built.trainer.global_step}
+    results["wall_time_s"] = state.wall_time()
+    if status == "diverged":
+        results["diverged_step"] = built.module.diverged_step
+    if state.is_rank_zero:
+        results = state.record.write(status, **results)
+        finish_wandb(built.loggers, results)
+        say(f"{status}: {_summary(metrics)}; results in {state.record.path}")
+    return results
+
+
+def _scalars(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+
+
+def _summary(metrics: dict[str, float]) -> str:
+    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/loss_best")
+    return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics) or "no metrics"
