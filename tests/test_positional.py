@@ -10,6 +10,7 @@ from attnlab.model import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
     alibi_slopes,
+    apply_rope,
     sinusoidal_encoding,
 )
 
@@ -31,8 +32,8 @@ def test_rope_scores_depend_only_on_relative_offset():
 
     def score(m, n):
         # place q at position m and k at position n, then take their dot product
-        qm = rope(q.view(1, 1, 1, 8), offset=m).flatten()
-        kn = rope(k.view(1, 1, 1, 8), offset=n).flatten()
+        qm = apply_rope(q.view(1, 1, 1, 8), *rope(1, offset=m)).flatten()
+        kn = apply_rope(k.view(1, 1, 1, 8), *rope(1, offset=n)).flatten()
         return (qm @ kn).item()
 
     assert score(3, 1) == pytest.approx(score(10, 8), abs=1e-4)
@@ -40,7 +41,17 @@ def test_rope_scores_depend_only_on_relative_offset():
     assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-3)
     # rotation keeps norms
     x = torch.randn(2, 3, 6, 8)
-    assert torch.allclose(rope(x, offset=4).norm(dim=-1), x.norm(dim=-1), atol=1e-5)
+    assert torch.allclose(apply_rope(x, *rope(6, offset=4)).norm(dim=-1), x.norm(dim=-1), atol=1e-5)
+
+
+def test_rope_tables_are_the_angles_of_their_positions():
+    cos, sin = RotaryEmbedding(head_dim=4, base=100.0)(t=2, offset=3)
+    assert cos.shape == sin.shape == (2, 2)
+    for row, m in enumerate((3, 4)):
+        for i in range(2):
+            angle = m * 100.0 ** (-2 * i / 4)
+            assert cos[row, i].item() == pytest.approx(math.cos(angle), abs=1e-6)
+            assert sin[row, i].item() == pytest.approx(math.sin(angle), abs=1e-6)
 
 
 @pytest.mark.parametrize(
