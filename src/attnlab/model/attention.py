@@ -70,6 +70,19 @@ def build_allowed(
     return allowed
 
 
+def fold_groups(x: Tensor, groups: int) -> Tensor:
+    """(B * g, H, T, d) -> (B, H, g * T, d): the g query rows that share one key row (the beams
+    of one sentence) become g * T queries of a single row."""
+    bg, h, t, d = x.shape
+    return x.view(bg // groups, groups, h, t, d).transpose(1, 2).reshape(-1, h, groups * t, d)
+
+
+def unfold_groups(x: Tensor, groups: int) -> Tensor:
+    """The inverse of fold_groups: (B, H, g * T, d) -> (B * g, H, T, d)."""
+    b, h, gt, d = x.shape
+    return x.view(b, h, groups, gt // groups, d).transpose(1, 2).reshape(-1, h, gt // groups, d)
+
+
 class MultiHeadAttention(nn.Module):
     """Section 3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), with W_i^Q, W_i^K in R^{d_model x d_k}.
@@ -120,22 +133,30 @@ class MultiHeadAttention(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         alibi: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """query (B, T, d_model), key/value (B, S, d_model) -> output (B, T, d_model), weights.
+        """query (B, T, d_model), key/value (B', S, d_model) -> output (B, T, d_model), weights.
 
-        key_padding_mask: (B, S) bool, True at pads, or None. causal: the T queries are the last
+        key_padding_mask: (B', S) bool, True at pads, or None. causal: the T queries are the last
         T of S positions and see no later key. weights are per head, (B, H, T, S), when
         `need_weights` (the reference path), else None (the fused path).
         `cache` enables incremental decoding: self-attention appends the new keys/values to the
         cached ones; with `static_kv` (cross-attention) the projected memory is stored at the
         first call and reused. `rope`: (cos, sin), each (T, d_k/2), for the new positions;
         `alibi`: bias (1, H, T, S).
+        Shared memory (beam search): when B' < B, each key row serves B / B' consecutive query
+        rows (the beams of one sentence); keys and values are neither copied nor re-indexed.
         """
         b, t, _ = query.shape
         q = self._split_heads(self.w_q(query))  # (B, H, T, d_k)
         if rope is not None:
             q = apply_rope(q, *rope)
-        k, v = self._keys_values(key, value, cache, static_kv, rope)  # (B, H, S, d_k)
+        k, v = self._keys_values(key, value, cache, static_kv, rope)  # (B', H, S, d_k)
+        groups = self._groups(b, k.size(0), causal or alibi is not None)
+        if groups > 1:
+            q = fold_groups(q, groups)  # (B', H, g * T, d_k)
         out, weights = self._attend(q, k, v, key_padding_mask, causal, alibi, need_weights)
+        if groups > 1:
+            out = unfold_groups(out, groups)
+            weights = unfold_groups(weights, groups) if weights is not None else None
         if self.record_weights:
             self.last_weights = weights.detach()
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k)  # (B, T, H * d_k)
@@ -149,16 +170,28 @@ class MultiHeadAttention(nn.Module):
         static_kv: bool,
         rope: tuple[Tensor, Tensor] | None,
     ) -> tuple[Tensor, Tensor]:
-        """Projected keys and values (B, H, S, d_k): new ones, with the cached ones before."""
+        """Projected keys and values (B', H, S, d_k): new ones, with the cached ones before."""
         if static_kv and cache is not None and cache.k is not None:
             return cache.k, cache.v  # the memory, projected at the first step
-        k = self._split_heads(self.w_k(key))  # (B, H, S_new, d_k)
+        k = self._split_heads(self.w_k(key))  # (B', H, S_new, d_k)
         v = self._split_heads(self.w_v(value))
         if rope is not None:
             k = apply_rope(k, *rope)
         if cache is not None:
             k, v = cache.append(k, v)  # static_kv: the first call stores the memory
         return k, v
+
+    @staticmethod
+    def _groups(b: int, b_keys: int, positional: bool) -> int:
+        """How many query rows share one key row (1 unless the memory is shared by beams)."""
+        if b == b_keys:
+            return 1
+        if b % b_keys or positional:
+            raise ValueError(
+                f"a query batch of {b} rows cannot share keys of {b_keys} rows"
+                + (" in causal or ALiBi attention" if positional else "")
+            )
+        return b // b_keys
 
     def _attend(
         self,

@@ -3,7 +3,8 @@
 Layout: every cached tensor is (B, H, S, d_k): batch row, head, key position, head width (the
 layout attention computes in, so a cached tensor is used as is). Self-attention caches grow by
 the new positions at every step. Cross-attention caches hold the projected encoder memory,
-computed at the first step.
+computed at the first step and never changed: beam search shares one memory row among the
+beams of a sentence (see MultiHeadAttention), so reordering beams never touches it.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class KVCache:
         self.length = 0  # target positions already processed
 
     def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` (the new beam order) of every cached tensor."""
+        """Keep self-attention rows `index` (the new beam order). Cross-attention keys and
+        values are left alone: beam search reorders beams only within a sentence, and every
+        beam of a sentence attends to the same memory."""
         for layer in self.layers:
             layer.self_attn.reorder(index)
-            layer.cross_attn.reorder(index)

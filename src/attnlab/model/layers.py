@@ -127,9 +127,9 @@ class DecoderLayer(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         alibi: Tensor | None = None,
     ) -> Tensor:
-        """x: (B, T, d_model); memory: (B, S, d_model) from the encoder; memory_padding_mask:
-        (B, S) bool or None; cache: this layer's keys and values; rope, alibi: the stack's
-        tables for the T new positions."""
+        """x: (B, T, d_model); memory: (B', S, d_model) from the encoder (B' may divide B, see
+        MultiHeadAttention); memory_padding_mask: (B', S) bool or None; cache: this layer's
+        keys and values; rope, alibi: the stack's tables for the T new positions."""
 
         def self_attend(h: Tensor) -> Tensor:
             self_cache = cache.self_attn if cache is not None else None

@@ -100,9 +100,10 @@ class Decoder(_Stack):
     ) -> Tensor:
         """tgt_in (B, T) -> hidden states (B, T, d_model).
 
-        memory (B, S, d_model) and memory_padding_mask (B, S) come from Encoder.forward. With a
-        cache, tgt_in holds only the new positions, which follow the cache.length processed
-        before; the cache then advances."""
+        memory (B', S, d_model) and memory_padding_mask (B', S) come from Encoder.forward;
+        B' = B, or B' divides B and each memory row serves B / B' consecutive target rows (the
+        beams of one sentence in beam search). With a cache, tgt_in holds only the new
+        positions, which follow the cache.length processed before; the cache then advances."""
         t = tgt_in.size(1)
         offset = cache.length if cache is not None else 0
         x = self.embed(tgt_in, offset)

@@ -87,7 +87,8 @@ class Transformer(nn.Module):
         memory_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> Tensor:
-        """tgt_in (B, T) -> logits (B, T, V). With a cache, tgt_in holds only the new positions."""
+        """tgt_in (B, T) -> logits (B, T, V). With a cache, tgt_in holds only the new positions.
+        See Decoder.forward for memory shared by beams."""
         return self.generator(self.decoder(tgt_in, memory, memory_padding_mask, cache))
 
     def new_cache(self) -> KVCache:
