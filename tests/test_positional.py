@@ -81,3 +81,51 @@ def test_learned_positions_refuse_sequences_longer_than_max_len():
     assert emb(6).shape == (1, 6, 4)
     with pytest.raises(ValueError, match="max_len=6"):
         emb(3, offset=4)
+
+
+def test_a_double_model_has_float64_exact_sinusoids():
+    from attnlab.model import Transformer, TransformerConfig
+
+    cfg = TransformerConfig(vocab_size=20, d_model=16, n_heads=2, d_ff=32, max_len=8)
+    model = Transformer(cfg).double()
+    exact = torch.tensor(
+        [
+            [
+                math.sin(pos / 10000 ** (i / 16))
+                if i % 2 == 0
+                else math.cos(pos / 10000 ** ((i - 1) / 16))
+                for i in range(16)
+            ]
+            for pos in range(20)
+        ],
+        dtype=torch.float64,
+    )
+    for t in (5, 20):  # within the table, and grown past max_len
+        pe = model.encoder.positions(t)[0]
+        assert pe.dtype == torch.float64
+        assert (pe - exact[:t]).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_low_precision_model_runs_past_max_len(dtype):
+    from attnlab.model import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        vocab_size=20,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        dropout=0.0,
+        max_len=8,
+    )
+    model = Transformer(cfg).eval().to(dtype)
+    src = torch.randint(4, 20, (2, 12))
+    logits = model(src, src[:, :11])  # longer than the table of 8
+    assert logits.dtype == dtype and torch.isfinite(logits).all()
+    pe = model.encoder.positions.pe
+    assert pe.dtype == dtype and torch.equal(
+        pe, sinusoidal_encoding(len(pe), 16, torch.float64).to(dtype)
+    )
