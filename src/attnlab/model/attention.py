@@ -8,6 +8,8 @@ Two paths compute the same attention:
 - the reference path, scaled_dot_product_attention below (Eq. 1 written out), returns the weights;
   it runs when they are asked for (`need_weights`, Transformer.record_attention());
 - the fused path calls F.scaled_dot_product_attention otherwise.
+A query with no key to attend to (an all-pad source sentence) gets zero weights and a zero output
+on both paths, never NaN.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def scaled_dot_product_attention(
     """Eq. (1), written out: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
 
     q: (B, H, T, d_k), k: (B, H, S, d_k), v: (B, H, S, d_v).
-    allowed: bool, broadcastable to (B, H, T, S); False entries get -inf before the softmax.
+    allowed: bool, broadcastable to (B, H, T, S); False entries get exactly zero weight, and a
+    row with no allowed key gets zero weights (so a zero output) instead of softmax's NaN.
     bias: float, broadcastable to (B, H, T, S), added to the scores (ALiBi).
     Returns the output (B, H, T, d_v) and the attention weights (B, H, T, S).
     """
@@ -41,8 +44,12 @@ def scaled_dot_product_attention(
     if bias is not None:
         scores = scores + bias
     if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        # The smallest finite score, not -inf: a fully masked row stays finite (uniform) here
+        # and is zeroed below, so no NaN appears even in the backward pass.
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)
+    if allowed is not None:
+        weights = weights.masked_fill(~allowed, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights
@@ -219,4 +226,7 @@ class MultiHeadAttention(nn.Module):
         mask = allowed
         if alibi is not None:
             mask = alibi if allowed is None else torch.where(allowed, alibi, float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        if allowed is not None:  # a query with no key: zero, as the reference path, on any kernel
+            out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+        return out
