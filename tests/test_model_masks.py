@@ -1,4 +1,5 @@
-"""Masks that must be exact: no NaN for a query with nothing to see, exact zeros on hidden keys."""
+"""Masks that must be exact: no NaN for a query with nothing to see, exact zeros on hidden keys,
+and the two controls for classic mistakes (attn_scale, mask_source_padding)."""
 
 import pytest
 import torch
@@ -95,3 +96,46 @@ def test_padding_keys_receive_exactly_zero_weight(pe):
         w = maps[name]
         assert w[0, :, :, 4:].eq(0).all(), name
         assert w[0, :, :, :4].gt(0).all() and w[1].gt(0).all(), name
+
+
+def test_attn_scale_none_is_q_k_without_the_square_root():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, attn_scale="none").eval()
+    x = torch.randn(2, 5, 32)
+    q, k, v = (mha._split_heads(lin(x)) for lin in (mha.w_q, mha.w_k, mha.w_v))
+    by_hand = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v  # no / sqrt(d_k)
+    by_hand = mha.w_o(by_hand.transpose(1, 2).reshape(2, 5, 32))
+    for need_weights in (False, True):
+        out, _ = mha(x, x, x, need_weights=need_weights)
+        assert (out - by_hand).abs().max() <= 1e-5
+    scaled = MultiHeadAttention(32, 4).eval()
+    scaled.load_state_dict(mha.state_dict())
+    assert (scaled(x, x, x)[0] - by_hand).abs().max() > 1e-3
+
+
+def test_attn_scale_none_changes_the_logits():
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    torch.manual_seed(0)
+    paper = Transformer(tiny()).eval()
+    torch.manual_seed(0)
+    unscaled = Transformer(tiny(attn_scale="none")).eval()
+    assert (paper(src, tgt) - unscaled(src, tgt)).abs().max() > 1e-3
+    with unscaled.record_attention():  # the reference path leaves out the scale as well
+        ref = unscaled(src, tgt)
+    assert (ref - unscaled(src, tgt)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "reference"])
+def test_unmasked_source_pads_leak_into_the_target_logits(need_weights):
+    torch.manual_seed(0)
+    model = Transformer(tiny(mask_source_padding=False)).eval()
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    padded = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
+    if need_weights:
+        with model.record_attention():
+            a, b = model(src, tgt), model(padded, tgt)
+            w = model.attention_weights()["decoder.layers.0.cross_attn"]
+        assert w[:, :, :, 6:].gt(0).all()  # queries attend to the pads
+    else:
+        a, b = model(src, tgt), model(padded, tgt)
+    assert (a - b).abs().max() > 1e-4  # the leak the default prevents

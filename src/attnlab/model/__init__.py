@@ -19,6 +19,7 @@ from attnlab.model.cache import AttentionCache, KVCache, LayerCache
 from attnlab.model.config import (
     ACTIVATIONS,
     ARCHS,
+    ATTN_SCALES,
     INITS,
     NORM_POSITIONS,
     NORM_TYPES,
@@ -40,6 +41,7 @@ from attnlab.model.transformer import Transformer
 __all__ = [
     "ACTIVATIONS",
     "ARCHS",
+    "ATTN_SCALES",
     "INITS",
     "NORM_POSITIONS",
     "NORM_TYPES",

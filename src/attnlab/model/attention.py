@@ -14,14 +14,14 @@ on both paths, never NaN.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.model.cache import AttentionCache
+from attnlab.model.config import ATTN_SCALES
 from attnlab.model.positional import apply_rope
+from attnlab.validation import choice_problem, raise_first
 
 
 def scaled_dot_product_attention(
@@ -31,6 +31,7 @@ def scaled_dot_product_attention(
     allowed: Tensor | None = None,
     bias: Tensor | None = None,
     dropout_p: float = 0.0,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Eq. (1), written out: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -38,9 +39,11 @@ def scaled_dot_product_attention(
     allowed: bool, broadcastable to (B, H, T, S); False entries get exactly zero weight, and a
     row with no allowed key gets zero weights (so a zero output) instead of softmax's NaN.
     bias: float, broadcastable to (B, H, T, S), added to the scores (ALiBi).
+    scale: the factor on Q K^T; None means 1 / sqrt(d_k) (the paper).
     Returns the output (B, H, T, d_v) and the attention weights (B, H, T, S).
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
     if bias is not None:
         scores = scores + bias
     if allowed is not None:
@@ -95,6 +98,7 @@ class MultiHeadAttention(nn.Module):
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), with W_i^Q, W_i^K in R^{d_model x d_k}.
 
     d_k = d_v = d_model / n_heads unless `d_k` is given (Table 3 rows (A), (B)).
+    attn_scale="sqrt_dk" is Eq. 1's 1/sqrt(d_k); "none" leaves Q K^T unscaled (an ablation).
     RoPE and ALiBi arrive as tables computed once per forward pass by the stack (`rope`, `alibi`
     in forward); the layer passes them only to self-attention.
     """
@@ -106,6 +110,7 @@ class MultiHeadAttention(nn.Module):
         d_k: int | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        attn_scale: str = "sqrt_dk",
     ):
         super().__init__()
         if d_k is None:
@@ -114,8 +119,10 @@ class MultiHeadAttention(nn.Module):
                     f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_k explicitly"
                 )
             d_k = d_model // n_heads
+        raise_first([choice_problem("attn_scale", attn_scale, ATTN_SCALES)])
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_k
         self.dropout = dropout
+        self.scale = d_k**-0.5 if attn_scale == "sqrt_dk" else 1.0
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_v = nn.Linear(d_model, n_heads * d_k, bias=bias)
@@ -216,7 +223,7 @@ class MultiHeadAttention(nn.Module):
         alibi = alibi.to(q.dtype) if alibi is not None else None
         if need_weights or self.record_weights:
             allowed = build_allowed(key_padding_mask, causal, q.size(2), k.size(2), q.device)
-            return scaled_dot_product_attention(q, k, v, allowed, alibi, dropout_p)
+            return scaled_dot_product_attention(q, k, v, allowed, alibi, dropout_p, self.scale)
         return self._fused(q, k, v, key_padding_mask, causal, alibi, dropout_p), None
 
     def _fused(self, q, k, v, key_padding_mask, causal, alibi, dropout_p) -> Tensor:
@@ -226,7 +233,9 @@ class MultiHeadAttention(nn.Module):
         mask = allowed
         if alibi is not None:
             mask = alibi if allowed is None else torch.where(allowed, alibi, float("-inf"))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scale
+        )
         if allowed is not None:  # a query with no key: zero, as the reference path, on any kernel
             out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
         return out

@@ -19,6 +19,7 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
 INITS = ("xavier", "depth_scaled")
 ACTIVATIONS = ("relu", "gelu")
+ATTN_SCALES = ("sqrt_dk", "none")
 
 
 @dataclass
@@ -29,6 +30,10 @@ class TransformerConfig:
     from d_model, as in Table 3 rows (A) and (B). `max_len` bounds learned positions (and the
     precomputed sinusoidal table, which grows on demand); None means "no bound", legal for
     every encoding except "learned".
+
+    Controls for classic mistakes (defaults are the paper): `attn_scale="none"` drops Eq. 1's
+    1/sqrt(d_k); `mask_source_padding=False` lets encoder self-attention and cross-attention
+    attend to source pads.
     """
 
     vocab_size: int = 37000
@@ -49,6 +54,8 @@ class TransformerConfig:
     init: str = "xavier"
     activation: str = "relu"
     pad_id: int = 0
+    attn_scale: str = "sqrt_dk"
+    mask_source_padding: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -84,6 +91,7 @@ class TransformerConfig:
             choice_problem("pos_encoding", self.pos_encoding, POS_ENCODINGS),
             choice_problem("init", self.init, INITS),
             choice_problem("activation", self.activation, ACTIVATIONS),
+            choice_problem("attn_scale", self.attn_scale, ATTN_SCALES),
         )
 
     def _size_problems(self) -> list[str]:
@@ -143,7 +151,7 @@ class TransformerConfig:
         return []
 
     def _flag_problems(self) -> list[str]:
-        flags = ("share_embeddings",)
+        flags = ("share_embeddings", "mask_source_padding")
         return [
             not_valid(name, getattr(self, name), "true or false")
             for name in flags

@@ -69,7 +69,9 @@ class Residual(nn.Module):
 
 
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout)
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout, attn_scale=cfg.attn_scale
+    )
 
 
 class EncoderLayer(nn.Module):
@@ -89,8 +91,8 @@ class EncoderLayer(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         alibi: Tensor | None = None,
     ) -> Tensor:
-        """x: (B, S, d_model); padding_mask: (B, S) bool, True at pads, or None; rope, alibi:
-        the stack's tables for these S positions."""
+        """x: (B, S, d_model); padding_mask: (B, S) bool, True at pads, or None (no pads, or
+        pads left visible); rope, alibi: the stack's tables for these S positions."""
 
         def attend(h: Tensor) -> Tensor:
             return self.self_attn(h, h, h, key_padding_mask=padding_mask, rope=rope, alibi=alibi)[0]

@@ -29,6 +29,12 @@ def _absolute_positions(cfg: TransformerConfig) -> nn.Module | None:
     return None
 
 
+def source_key_mask(padding_mask: Tensor | None, mask_padding: bool) -> Tensor | None:
+    """The key padding mask (B, S) that attention over the source needs, or None when pads may
+    be attended to (mask_source_padding=False)."""
+    return padding_mask if mask_padding else None
+
+
 class _Stack(nn.Module):
     """What both stacks share: the bottom (embeddings, positions, dropout), the per-forward
     relative-position tables and the final norm."""
@@ -70,14 +76,16 @@ class Encoder(_Stack):
         layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         super().__init__(cfg, embeddings, layers)
         self.pad_id = cfg.pad_id
+        self.mask_source_padding = cfg.mask_source_padding
 
     def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, d_model), padding mask (B, S) bool (True at pads)."""
         padding_mask = src.eq(self.pad_id)
+        key_mask = source_key_mask(padding_mask, self.mask_source_padding)
         x = self.embed(src)
         rope, alibi = self.relative_positions(src.size(1), src.size(1), x)
         for layer in self.layers:
-            x = layer(x, padding_mask, rope=rope, alibi=alibi)
+            x = layer(x, key_mask, rope=rope, alibi=alibi)
         return self.finish(x), padding_mask
 
 
@@ -90,6 +98,7 @@ class Decoder(_Stack):
             DecoderLayer(cfg, cross_attention) for _ in range(cfg.n_decoder_layers)
         )
         super().__init__(cfg, embeddings, layers)
+        self.mask_source_padding = cfg.mask_source_padding
 
     def forward(
         self,
@@ -106,11 +115,12 @@ class Decoder(_Stack):
         positions, which follow the cache.length processed before; the cache then advances."""
         t = tgt_in.size(1)
         offset = cache.length if cache is not None else 0
+        key_mask = source_key_mask(memory_padding_mask, self.mask_source_padding)
         x = self.embed(tgt_in, offset)
         rope, alibi = self.relative_positions(t, offset + t, x)
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, memory, memory_padding_mask, layer_cache, rope=rope, alibi=alibi)
+            x = layer(x, memory, key_mask, layer_cache, rope=rope, alibi=alibi)
         if cache is not None:
             cache.length += t
         return self.finish(x)

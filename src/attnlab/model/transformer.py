@@ -2,8 +2,8 @@
 
 Sequences are right-padded with `pad_id`. The encoder masks pad keys; the decoder's causal mask
 already hides the pads that follow the real tokens of a right-padded target, and cross-attention
-masks the source pads. The stacks that own the loops are in attnlab.model.stacks, the KV cache
-in attnlab.model.cache.
+masks the source pads (both source masks off with mask_source_padding=False). The stacks that
+own the loops are in attnlab.model.stacks, the KV cache in attnlab.model.cache.
 """
 
 from __future__ import annotations
