@@ -7,7 +7,10 @@ mask (True = may attend), which is what torch.nn.functional.scaled_dot_product_a
 Two paths compute the same attention:
 - the reference path, scaled_dot_product_attention below (Eq. 1 written out), returns the weights;
   it runs when they are asked for (`need_weights`, Transformer.record_attention());
-- the fused path calls F.scaled_dot_product_attention otherwise.
+- the fused path calls F.scaled_dot_product_attention with as little mask as it needs, so torch
+  may pick a fused kernel: no mask when nothing is masked, `is_causal=True` for a causal mask over
+  T == S, nothing for a single new query (incremental decoding); an explicit mask only for
+  padding, ALiBi, or several new queries against cached keys (causal with T < S).
 A query with no key to attend to (an all-pad source sentence) gets zero weights and a zero output
 on both paths, never NaN.
 """
@@ -227,9 +230,14 @@ class MultiHeadAttention(nn.Module):
         return self._fused(q, k, v, key_padding_mask, causal, alibi, dropout_p), None
 
     def _fused(self, q, k, v, key_padding_mask, causal, alibi, dropout_p) -> Tensor:
-        """F.scaled_dot_product_attention with the padding and causal masks as one bool mask
-        (with ALiBi, one float bias)."""
-        allowed = build_allowed(key_padding_mask, causal, q.size(2), k.size(2), q.device)
+        """F.scaled_dot_product_attention with the least mask it needs (see the module
+        docstring): nothing, is_causal, or an explicit bool mask / float bias."""
+        t, s = q.size(2), k.size(2)
+        if causal and t > 1 and t == s and key_padding_mask is None and alibi is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=True, scale=self.scale
+            )
+        allowed = build_allowed(key_padding_mask, causal, t, s, q.device)
         mask = allowed
         if alibi is not None:
             mask = alibi if allowed is None else torch.where(allowed, alibi, float("-inf"))

@@ -3,7 +3,7 @@
 A stack is token embeddings (Sec. 3.4) + absolute positions (Sec. 3.5) + dropout (Sec. 5.4),
 then N layers, then (Pre-LN only) a final norm. What every layer of one forward pass shares is
 computed here once and handed to the layers: RoPE's cos/sin and ALiBi's bias for this pass's
-positions.
+positions, and whether source padding needs a mask at all.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ def _absolute_positions(cfg: TransformerConfig) -> nn.Module | None:
 
 
 def source_key_mask(padding_mask: Tensor | None, mask_padding: bool) -> Tensor | None:
-    """The key padding mask (B, S) that attention over the source needs, or None when pads may
-    be attended to (mask_source_padding=False)."""
-    return padding_mask if mask_padding else None
+    """The key padding mask (B, S) that attention over the source needs, or None: when pads may
+    be attended to (mask_source_padding=False) or the batch has none. None lets attention take
+    its fused kernels; deciding here costs one host sync per forward, not one per layer."""
+    if padding_mask is None or not mask_padding or not bool(padding_mask.any()):
+        return None
+    return padding_mask
 
 
 class _Stack(nn.Module):
