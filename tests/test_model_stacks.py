@@ -1,5 +1,5 @@
 """Encoder and Decoder own their loops; per-forward tables are computed once; state_dict keys
-stay stable."""
+stay stable; activation checkpointing changes no number."""
 
 import inspect
 
@@ -14,6 +14,7 @@ from attnlab.model import (
     Transformer,
     TransformerConfig,
 )
+from attnlab.model import stacks as stacks_module
 from attnlab.model.layers import DecoderLayer
 
 V, PAD = 40, 0
@@ -100,3 +101,50 @@ def test_relative_position_tables_are_computed_once_per_stack_forward(monkeypatc
     model.decode(tokens(2, 3), memory, mask, cache)
     model.decode(tokens(2, 1), memory, mask, cache)
     assert len(calls) == 2
+
+
+def train_step(model, src, tgt, seed=0):
+    model.zero_grad()
+    torch.manual_seed(seed)
+    logits = model(src, tgt) if model.encoder is not None else model(tgt)
+    logits.square().mean().backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_activation_checkpointing_changes_no_logit_or_gradient(arch, dropout):
+    overrides = dict(arch=arch, dropout=dropout, attn_dropout=dropout, pos_encoding="rope")
+    torch.manual_seed(0)
+    plain = Transformer(tiny(**overrides)).train()
+    torch.manual_seed(0)
+    checkpointed = Transformer(tiny(activation_checkpointing=True, **overrides)).train()
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    src[1, 4:] = PAD
+    logits, grads = train_step(plain, src, tgt)
+    logits_ckpt, grads_ckpt = train_step(checkpointed, src, tgt)
+    assert (logits - logits_ckpt).abs().max() <= 1e-6
+    for name, grad in grads.items():
+        assert (grad - grads_ckpt[name]).abs().max() <= 1e-6, name
+
+
+def test_activation_checkpointing_wraps_each_layer_in_training_only(monkeypatch):
+    wrapped = []
+    real = stacks_module.checkpoint
+
+    def spy(fn, *args, **kwargs):
+        wrapped.append(type(fn).__name__)
+        assert kwargs["use_reentrant"] is False
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(stacks_module, "checkpoint", spy)
+    model = Transformer(tiny(activation_checkpointing=True, n_encoder_layers=3))
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    model.train()(src, tgt).sum().backward()
+    assert wrapped == ["EncoderLayer"] * 3 + ["DecoderLayer"] * 2
+    wrapped.clear()
+    model.eval()(src, tgt)
+    memory, mask = model.train().encode(src)  # training, but decoding with a cache
+    wrapped.clear()
+    model.decode(tgt[:, :1], memory, mask, model.new_cache())
+    assert wrapped == []

@@ -33,7 +33,8 @@ class TransformerConfig:
 
     Controls for classic mistakes (defaults are the paper): `attn_scale="none"` drops Eq. 1's
     1/sqrt(d_k); `mask_source_padding=False` lets encoder self-attention and cross-attention
-    attend to source pads.
+    attend to source pads. `activation_checkpointing` recomputes each layer in the backward
+    pass (training only) to save memory; it changes no result.
     """
 
     vocab_size: int = 37000
@@ -56,6 +57,7 @@ class TransformerConfig:
     pad_id: int = 0
     attn_scale: str = "sqrt_dk"
     mask_source_padding: bool = True
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -151,7 +153,7 @@ class TransformerConfig:
         return []
 
     def _flag_problems(self) -> list[str]:
-        flags = ("share_embeddings", "mask_source_padding")
+        flags = ("share_embeddings", "mask_source_padding", "activation_checkpointing")
         return [
             not_valid(name, getattr(self, name), "true or false")
             for name in flags

@@ -8,7 +8,9 @@ positions, and whether source padding needs a mask at all.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnlab.model.cache import KVCache
 from attnlab.model.config import TransformerConfig
@@ -40,7 +42,7 @@ def source_key_mask(padding_mask: Tensor | None, mask_padding: bool) -> Tensor |
 
 class _Stack(nn.Module):
     """What both stacks share: the bottom (embeddings, positions, dropout), the per-forward
-    relative-position tables and the final norm."""
+    relative-position tables, running a layer (checkpointed if asked) and the final norm."""
 
     def __init__(self, cfg: TransformerConfig, embeddings: Embeddings, layers: nn.ModuleList):
         super().__init__()
@@ -51,6 +53,7 @@ class _Stack(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = layers
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
+        self.activation_checkpointing = cfg.activation_checkpointing
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """(B, T) tokens at positions offset .. offset + T - 1 -> (B, T, d_model)."""
@@ -67,6 +70,14 @@ class _Stack(nn.Module):
         rope = self.rotary(t, s - t, like.device) if self.rotary is not None else None
         alibi = self.alibi(t, s, like.device, like.dtype) if self.alibi is not None else None
         return rope, alibi
+
+    def call_layer(self, layer: nn.Module, *args, may_checkpoint: bool = True, **kwargs):
+        """layer(*args, **kwargs); under activation checkpointing (training, with autograd)
+        its activations are recomputed in the backward pass instead of stored."""
+        if self.activation_checkpointing and self.training and may_checkpoint:
+            if torch.is_grad_enabled():
+                return checkpoint(layer, *args, use_reentrant=False, **kwargs)
+        return layer(*args, **kwargs)
 
     def finish(self, x: Tensor) -> Tensor:
         return self.final_norm(x) if self.final_norm is not None else x
@@ -88,7 +99,7 @@ class Encoder(_Stack):
         x = self.embed(src)
         rope, alibi = self.relative_positions(src.size(1), src.size(1), x)
         for layer in self.layers:
-            x = layer(x, key_mask, rope=rope, alibi=alibi)
+            x = self.call_layer(layer, x, key_mask, rope=rope, alibi=alibi)
         return self.finish(x), padding_mask
 
 
@@ -123,7 +134,16 @@ class Decoder(_Stack):
         rope, alibi = self.relative_positions(t, offset + t, x)
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, memory, key_mask, layer_cache, rope=rope, alibi=alibi)
+            x = self.call_layer(
+                layer,
+                x,
+                memory,
+                key_mask,
+                layer_cache,
+                rope=rope,
+                alibi=alibi,
+                may_checkpoint=cache is None,  # a recomputed step would append to the cache twice
+            )
         if cache is not None:
             cache.length += t
         return self.finish(x)
