@@ -109,6 +109,12 @@ def test_shared_embeddings_are_counted_once():
         (dict(dropout=-0.1), ["dropout"]),
         (dict(d_model=0), ["d_model"]),
         (dict(pos_encoding="rope", n_heads=4, d_k=5), ["rope", "d_k=5"]),
+        (dict(attn_scale="sqrt_d"), ["attn_scale='sqrt_d' is not valid", "sqrt_dk, none"]),
+        (dict(mask_source_padding="no"), ["mask_source_padding='no'", "true or false"]),
+        (dict(activation_checkpointing=1), ["activation_checkpointing=1", "true or false"]),
+        (dict(pad_id=V), [f"pad_id={V} is not valid", f"vocab_size={V}"]),
+        (dict(n_encoder_layers=0), ["n_encoder_layers=0", "encoder_decoder"]),
+        (dict(d_model=33, pos_encoding="sinusoidal", n_heads=3), ["d_model=33", "sinusoidal"]),
     ],
 )
 def test_invalid_config_names_the_fields(overrides, names):
@@ -116,6 +122,7 @@ def test_invalid_config_names_the_fields(overrides, names):
         tiny(**overrides)
     for name in names:
         assert name in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_explicit_d_k_decouples_head_width():

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from attnlab.validation import (
+    choice_problem,
+    integer_problem,
+    not_valid,
+    number_problem,
+    present,
+    raise_first,
+)
+
 ARCHS = ("encoder_decoder", "decoder_only")
 NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
 INITS = ("xavier", "depth_scaled")
 ACTIVATIONS = ("relu", "gelu")
+ATTN_SCALES = ("sqrt_dk", "none")
 
 
 @dataclass
@@ -18,8 +28,13 @@ class TransformerConfig:
 
     d_k=None means d_model / n_heads (the paper); an explicit d_k decouples the per-head width
     from d_model, as in Table 3 rows (A) and (B). `max_len` bounds learned positions (and the
-    precomputed sinusoidal / RoPE tables, which grow on demand); None means "no bound", legal for
+    precomputed sinusoidal table, which grows on demand); None means "no bound", legal for
     every encoding except "learned".
+
+    Controls for classic mistakes (defaults are the paper): `attn_scale="none"` drops Eq. 1's
+    1/sqrt(d_k); `mask_source_padding=False` lets encoder self-attention and cross-attention
+    attend to source pads. `activation_checkpointing` recomputes each layer in the backward
+    pass (training only) to save memory; it changes no result.
     """
 
     vocab_size: int = 37000
@@ -40,6 +55,9 @@ class TransformerConfig:
     init: str = "xavier"
     activation: str = "relu"
     pad_id: int = 0
+    attn_scale: str = "sqrt_dk"
+    mask_source_padding: bool = True
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -53,74 +71,96 @@ class TransformerConfig:
         return asdict(self)
 
     def validate(self) -> None:
-        """Raise ValueError naming the offending field(s) and what is expected."""
-        for name, choices in (
-            ("arch", ARCHS),
-            ("norm_position", NORM_POSITIONS),
-            ("norm_type", NORM_TYPES),
-            ("pos_encoding", POS_ENCODINGS),
-            ("init", INITS),
-            ("activation", ACTIVATIONS),
+        """Raise ValueError with the first problem: one line naming the field and what is
+        expected. Each check may assume the ones before it passed."""
+        for check in (
+            self._choice_problems,
+            self._size_problems,
+            self._layer_problems,
+            self._dropout_problems,
+            self._head_problems,
+            self._position_problems,
+            self._flag_problems,
+            self._pad_problems,
         ):
-            value = getattr(self, name)
-            if value not in choices:
-                raise ValueError(
-                    f"{name}={value!r} is not valid; expected one of: {', '.join(choices)}"
-                )
-        for name in ("vocab_size", "d_model", "n_heads", "d_ff"):
-            _check_int(name, getattr(self, name), minimum=1)
-        _check_int("n_decoder_layers", self.n_decoder_layers, minimum=1)
-        _check_int("n_encoder_layers", self.n_encoder_layers, minimum=0)
+            raise_first(check())
+
+    def _choice_problems(self) -> list[str]:
+        return present(
+            choice_problem("arch", self.arch, ARCHS),
+            choice_problem("norm_position", self.norm_position, NORM_POSITIONS),
+            choice_problem("norm_type", self.norm_type, NORM_TYPES),
+            choice_problem("pos_encoding", self.pos_encoding, POS_ENCODINGS),
+            choice_problem("init", self.init, INITS),
+            choice_problem("activation", self.activation, ACTIVATIONS),
+            choice_problem("attn_scale", self.attn_scale, ATTN_SCALES),
+        )
+
+    def _size_problems(self) -> list[str]:
+        return present(
+            *(
+                integer_problem(name, getattr(self, name), 1)
+                for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_decoder_layers")
+            ),
+            integer_problem("n_encoder_layers", self.n_encoder_layers, 0),
+            integer_problem("d_k", self.d_k, 1) if self.d_k is not None else None,
+            integer_problem("max_len", self.max_len, 1) if self.max_len is not None else None,
+            integer_problem("pad_id", self.pad_id, 0),
+        )
+
+    def _layer_problems(self) -> list[str]:
         if self.arch == "encoder_decoder" and self.n_encoder_layers < 1:
-            raise ValueError(
-                f"n_encoder_layers={self.n_encoder_layers} with arch='encoder_decoder': "
-                "an encoder-decoder needs n_encoder_layers >= 1"
-            )
-        for name in ("dropout", "attn_dropout"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not (0.0 <= value < 1.0)
-            ):
-                raise ValueError(f"{name}={value!r} is not valid; expected a number in [0, 1)")
-        if self.d_k is None:
-            if self.d_model % self.n_heads != 0:
-                raise ValueError(
-                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
-                    "(with d_k unset, d_k = d_model / n_heads); choose n_heads dividing d_model "
-                    "or set d_k explicitly"
+            return [
+                not_valid(
+                    "n_encoder_layers",
+                    self.n_encoder_layers,
+                    "an integer >= 1 with arch='encoder_decoder'",
                 )
-        else:
-            _check_int("d_k", self.d_k, minimum=1)
+            ]
+        return []
+
+    def _dropout_problems(self) -> list[str]:
+        return present(
+            number_problem("dropout", self.dropout, 0.0, 1.0),
+            number_problem("attn_dropout", self.attn_dropout, 0.0, 1.0),
+        )
+
+    def _head_problems(self) -> list[str]:
+        if self.d_k is None and self.d_model % self.n_heads != 0:
+            return [
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
+                "(with d_k unset, d_k = d_model / n_heads); choose n_heads dividing d_model "
+                "or set d_k explicitly"
+            ]
         if self.pos_encoding == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(
-                f"pos_encoding='rope' needs an even head width, but d_k={self.head_dim} "
-                f"(d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k})"
-            )
-        if self.max_len is not None:
-            _check_int("max_len", self.max_len, minimum=1)
-        elif self.pos_encoding == "learned":
-            raise ValueError(
-                "pos_encoding='learned' needs max_len (the number of learned positions), "
-                "but max_len=None"
-            )
+            return [
+                not_valid(
+                    "d_k",
+                    self.head_dim,
+                    "an even head width with pos_encoding='rope' (d_k = d_model / n_heads "
+                    "unless set)",
+                )
+            ]
+        return []
+
+    def _position_problems(self) -> list[str]:
+        if self.pos_encoding == "learned" and self.max_len is None:
+            return [not_valid("max_len", None, "an integer >= 1 with pos_encoding='learned'")]
         if self.pos_encoding == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(
-                f"pos_encoding='sinusoidal' needs an even d_model (sin/cos pairs), "
-                f"but d_model={self.d_model}"
-            )
-        if not isinstance(self.share_embeddings, bool):
-            raise ValueError(
-                f"share_embeddings={self.share_embeddings!r} is not valid; expected true or false"
-            )
-        _check_int("pad_id", self.pad_id, minimum=0)
+            return [
+                not_valid("d_model", self.d_model, "an even number with pos_encoding='sinusoidal'")
+            ]
+        return []
+
+    def _flag_problems(self) -> list[str]:
+        flags = ("share_embeddings", "mask_source_padding", "activation_checkpointing")
+        return [
+            not_valid(name, getattr(self, name), "true or false")
+            for name in flags
+            if not isinstance(getattr(self, name), bool)
+        ]
+
+    def _pad_problems(self) -> list[str]:
         if self.pad_id >= self.vocab_size:
-            raise ValueError(
-                f"pad_id={self.pad_id} must be smaller than vocab_size={self.vocab_size}"
-            )
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not valid; expected an integer >= {minimum}")
+            return [not_valid("pad_id", self.pad_id, f"an integer < vocab_size={self.vocab_size}")]
+        return []

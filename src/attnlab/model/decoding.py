@@ -83,6 +83,66 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+class _Beams:
+    """Beam search state: B sentences x K hypotheses, flattened sentence-major into B * K
+    decoder rows (row i * K + j is beam j of sentence i)."""
+
+    def __init__(self, b: int, k: int, bos_id: int, eos_id: int, device):
+        self.b, self.k, self.eos_id = b, k, eos_id
+        self.tokens = torch.full((b * k, 1), bos_id, dtype=torch.long, device=device)  # BOS first
+        self.scores = torch.full((b, k), float("-inf"), device=device)  # log p(Y|X) so far
+        self.scores[:, 0] = 0.0  # all beams start identical: keep one
+        self.finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+        self.done = [False] * b
+        self.rows = torch.arange(b, device=device)
+
+    def candidates(self, logp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The best 2K one-token extensions of each sentence's beams, given logp (B, K, V):
+        their scores, beams and tokens, each (B, 2K)."""
+        vocab = logp.size(-1)
+        cand = (self.scores.unsqueeze(-1) + logp).view(self.b, self.k * vocab)
+        top_scores, top_idx = cand.topk(2 * self.k, dim=1)
+        return top_scores, top_idx // vocab, top_idx % vocab
+
+    def close(self, top_scores, top_beam, top_tok, lp: float, at_limit: Tensor) -> None:
+        """Keep the hypotheses that end with EOS among the best K candidates, ranked by
+        log p / lp; a sentence is done with K finished hypotheses or at its length limit."""
+        k = self.k
+        ended = top_tok[:, :k].eq(self.eos_id) & torch.isfinite(top_scores[:, :k])
+        for i, j in ended.nonzero().tolist():
+            if not self.done[i]:
+                prefix = self.tokens[i * k + top_beam[i, j], 1:].tolist()
+                self.finished[i].append((top_scores[i, j].item() / lp, prefix + [self.eos_id]))
+        for i in range(self.b):
+            if not self.done[i] and (len(self.finished[i]) >= k or bool(at_limit[i])):
+                self.done[i] = True
+
+    def advance(self, top_scores, top_beam, top_tok) -> Tensor:
+        """Continue with the best K candidates that did not end. Returns the rows (B * K,) of
+        the old beams they extend; each stays within its sentence."""
+        live = top_scores.masked_fill(top_tok.eq(self.eos_id), float("-inf"))
+        self.scores, pick = live.topk(self.k, dim=1)  # (B, K)
+        beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)
+        origin = (self.rows[:, None] * self.k + beam).view(-1)
+        self.tokens = torch.cat([self.tokens[origin], tok.view(-1, 1)], dim=1)
+        return origin
+
+    def best(self) -> list[list[int]]:
+        return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in self.finished]
+
+
+def _beam_logprobs(model, inp, memory, memory_mask, cache, beams, at_limit, bos_id) -> Tensor:
+    """log p(y | y_<t, x) of every beam, (B, K, V): PAD and BOS forbidden, and only EOS allowed
+    for the sentences at their length limit (at_limit, (B,) bool)."""
+    logp = _next_logprobs(model, inp, memory, memory_mask, cache)  # (B * K, V)
+    logp = _forbid_specials(logp, model.config.pad_id, bos_id).view(beams.b, beams.k, -1)
+    if at_limit.any():
+        eos_only = torch.full_like(logp[0], float("-inf"))
+        eos_only[:, beams.eos_id] = 0.0
+        logp = torch.where(at_limit[:, None, None], logp + eos_only, logp)
+    return logp
+
+
 @torch.no_grad()
 def beam_search(
     model: Transformer,
@@ -97,67 +157,27 @@ def beam_search(
 ) -> Tensor:
     """Batched beam search. Hypotheses are ranked by log p(Y|X) / lp(Y) (GNMT length penalty);
     a sentence is done once it has `beam_size` finished hypotheses; at its length limit
-    (a * src_len + b) every live hypothesis is closed with EOS. src (B, S) -> tokens (B, L)."""
-    pad_id = model.config.pad_id
-    b, k, device = src.size(0), beam_size, src.device
-    limits = max_output_lengths(src, pad_id, max_len_a, max_len_b)  # (B,)
-    memory, memory_mask = model.encode(src)
-    memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, d_model)
-    memory_mask = memory_mask.repeat_interleave(k, dim=0)
+    (a * src_len + b) every live hypothesis is closed with EOS. src (B, S) -> tokens (B, L).
+
+    The K beams of a sentence share its encoder memory: it is encoded and (with the cache)
+    projected for cross-attention once, never repeated K times nor reordered."""
+    limits = max_output_lengths(src, model.config.pad_id, max_len_a, max_len_b)  # (B,)
+    memory, memory_mask = model.encode(src)  # (B, S, d_model), (B, S)
     cache = model.new_cache() if use_cache else None
-
-    tokens = torch.full((b * k, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.full((b, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start identical: keep one
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
-    done = [False] * b
-    rows = torch.arange(b, device=device)
-
+    beams = _Beams(src.size(0), beam_size, bos_id, eos_id, src.device)
     for step in range(int(limits.max())):
         length = step + 1  # tokens generated including this one
-        inp = tokens[:, -1:] if use_cache else tokens
-        logp = _forbid_specials(
-            _next_logprobs(model, inp, memory, memory_mask, cache), pad_id, bos_id
-        )
-        vocab = logp.size(-1)
-        logp = logp.view(b, k, vocab)
         at_limit = length >= limits  # (B,) these sentences must end now
-        if at_limit.any():
-            eos_only = torch.full_like(logp[0], float("-inf"))
-            eos_only[:, eos_id] = 0.0
-            logp = torch.where(at_limit[:, None, None], logp + eos_only, logp)
-        cand = (scores.unsqueeze(-1) + logp).view(b, k * vocab)
-        top_scores, top_idx = cand.topk(2 * k, dim=1)  # (B, 2K)
-        top_beam, top_tok = top_idx // vocab, top_idx % vocab
-        is_eos = top_tok.eq(eos_id)
-
-        # Close hypotheses that end with EOS among the best K candidates.
-        lp = gnmt_length_penalty(length, length_penalty)
-        eos_hits = (is_eos[:, :k] & torch.isfinite(top_scores[:, :k])).nonzero().tolist()
-        for i, j in eos_hits:
-            if done[i]:
-                continue
-            prefix = tokens[i * k + top_beam[i, j], 1:].tolist()
-            finished[i].append((top_scores[i, j].item() / lp, prefix + [eos_id]))
-        for i in range(b):
-            if not done[i] and (len(finished[i]) >= k or bool(at_limit[i])):
-                done[i] = True
-        if all(done):
+        inp = beams.tokens[:, -1:] if use_cache else beams.tokens
+        logp = _beam_logprobs(model, inp, memory, memory_mask, cache, beams, at_limit, bos_id)
+        top = beams.candidates(logp)
+        beams.close(*top, gnmt_length_penalty(length, length_penalty), at_limit)
+        if all(beams.done):
             break
-
-        # Continue with the best K candidates that did not end.
-        live = top_scores.masked_fill(is_eos, float("-inf"))
-        next_scores, pick = live.topk(k, dim=1)  # (B, K)
-        beam = top_beam.gather(1, pick)
-        tok = top_tok.gather(1, pick)
-        origin = (rows[:, None] * k + beam).view(-1)  # (B*K,) rows of the old beams
-        tokens = torch.cat([tokens[origin], tok.view(-1, 1)], dim=1)
+        origin = beams.advance(*top)
         if cache is not None:
-            cache.reorder(origin)
-        scores = next_scores
-
-    best = [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
-    return _pad_rows(best, pad_id, device)
+            cache.reorder(origin)  # self-attention only
+    return _pad_rows(beams.best(), model.config.pad_id, src.device)
 
 
 @torch.no_grad()

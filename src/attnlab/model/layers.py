@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.model.attention import MultiHeadAttention
+from attnlab.model.cache import LayerCache
 from attnlab.model.config import TransformerConfig
-from attnlab.model.positional import ALiBi, RotaryEmbedding
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -68,41 +68,54 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-def _self_attention(cfg: TransformerConfig, rotary: RotaryEmbedding | None, alibi: ALiBi | None):
+def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
-        cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout, rotary=rotary, alibi=alibi
+        cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout, attn_scale=cfg.attn_scale
     )
 
 
 class EncoderLayer(nn.Module):
     """Sec. 3.1 encoder layer: self-attention, then FFN, each in a residual connection."""
 
-    def __init__(self, cfg: TransformerConfig, rotary=None, alibi=None):
+    def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn = _self_attention(cfg, rotary, alibi)
+        self.self_attn = _attention(cfg)
         self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.attn_block = Residual(cfg)
         self.ffn_block = Residual(cfg)
 
-    def forward(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
-        """x: (B, S, d_model), padding_mask: (B, S) bool, True at pads."""
-        x = self.attn_block(x, lambda h: self.self_attn(h, h, h, key_padding_mask=padding_mask)[0])
+    def forward(
+        self,
+        x: Tensor,
+        padding_mask: Tensor | None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        alibi: Tensor | None = None,
+    ) -> Tensor:
+        """x: (B, S, d_model); padding_mask: (B, S) bool, True at pads, or None (no pads, or
+        pads left visible); rope, alibi: the stack's tables for these S positions."""
+
+        def attend(h: Tensor) -> Tensor:
+            return self.self_attn(h, h, h, key_padding_mask=padding_mask, rope=rope, alibi=alibi)[0]
+
+        x = self.attn_block(x, attend)
         return self.ffn_block(x, self.ffn)
 
 
 class DecoderLayer(nn.Module):
     """Sec. 3.1 decoder layer: masked self-attention, encoder-decoder attention (absent in a
-    decoder-only model), then FFN."""
+    decoder-only model), then FFN.
 
-    def __init__(self, cfg: TransformerConfig, rotary=None, alibi=None, cross_attention=True):
+    Self-attention takes no padding mask: targets are right-padded, and the causal mask already
+    hides from every real position the pads that follow it. (Queries at pad positions see real
+    tokens and pads; their outputs are ignored by the loss.)"""
+
+    def __init__(self, cfg: TransformerConfig, cross_attention: bool = True):
         super().__init__()
-        self.self_attn = _self_attention(cfg, rotary, alibi)
+        self.self_attn = _attention(cfg)
         self.self_block = Residual(cfg)
         self.cross_attn = None
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(
-                cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout
-            )
+            self.cross_attn = _attention(cfg)
             self.cross_block = Residual(cfg)
         self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.ffn_block = Residual(cfg)
@@ -110,30 +123,32 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        padding_mask: Tensor | None = None,
         memory: Tensor | None = None,
         memory_padding_mask: Tensor | None = None,
-        cache: dict | None = None,
+        cache: LayerCache | None = None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        alibi: Tensor | None = None,
     ) -> Tensor:
-        """x: (B, T, d_model); memory: (B, S, d_model) from the encoder; cache: per-layer dict."""
-        self_cache = cache.setdefault("self", {}) if cache is not None else None
-        x = self.self_block(
-            x,
-            lambda h: self.self_attn(
-                h, h, h, key_padding_mask=padding_mask, causal=True, cache=self_cache
-            )[0],
-        )
+        """x: (B, T, d_model); memory: (B', S, d_model) from the encoder (B' may divide B, see
+        MultiHeadAttention); memory_padding_mask: (B', S) bool or None; cache: this layer's
+        keys and values; rope, alibi: the stack's tables for the T new positions."""
+
+        def self_attend(h: Tensor) -> Tensor:
+            self_cache = cache.self_attn if cache is not None else None
+            return self.self_attn(h, h, h, causal=True, cache=self_cache, rope=rope, alibi=alibi)[0]
+
+        def cross_attend(h: Tensor) -> Tensor:
+            cross_cache = cache.cross_attn if cache is not None else None
+            return self.cross_attn(
+                h,
+                memory,
+                memory,
+                key_padding_mask=memory_padding_mask,
+                cache=cross_cache,
+                static_kv=True,
+            )[0]
+
+        x = self.self_block(x, self_attend)
         if self.cross_attn is not None:
-            cross_cache = cache.setdefault("cross", {}) if cache is not None else None
-            x = self.cross_block(
-                x,
-                lambda h: self.cross_attn(
-                    h,
-                    memory,
-                    memory,
-                    key_padding_mask=memory_padding_mask,
-                    cache=cross_cache,
-                    static_kv=True,
-                )[0],
-            )
+            x = self.cross_block(x, cross_attend)
         return self.ffn_block(x, self.ffn)

@@ -15,30 +15,44 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_encoding(n_positions: int, d_model: int) -> Tensor:
+def sinusoidal_encoding(
+    n_positions: int,
+    d_model: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
-    PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)). Returns (n_positions, d_model), interleaved."""
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)). Returns (n_positions, d_model), interleaved,
+    computed in float64 and then cast to `dtype` on `device`."""
     pos = torch.arange(n_positions, dtype=torch.float64).unsqueeze(1)  # (N, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (N, d_model/2)
     pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
-    return pe.float()
+    return pe.to(device=device, dtype=dtype)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoids (Sec. 3.5). The table grows on demand, so any length is accepted."""
+    """Fixed sinusoids (Sec. 3.5). The table grows on demand, so any length is accepted.
+
+    The table follows the module's dtype and device, but is never merely cast: after
+    `model.double()` or `model.half()` it is recomputed from float64 in the new dtype (a cast
+    float32 table would be off by ~3e-8 in float64), and it grows in that dtype."""
 
     def __init__(self, d_model: int, max_len: int | None = None):
         super().__init__()
         self.d_model = d_model
         self.register_buffer("pe", sinusoidal_encoding(max_len or 1024, d_model), persistent=False)
+        self.computed_dtype = self.pe.dtype  # the dtype `pe` was computed in (not cast to)
 
     def forward(self, t: int, offset: int = 0) -> Tensor:
         """Returns (1, T, d_model) for positions offset .. offset + T - 1."""
-        if offset + t > self.pe.size(0):
-            self.pe = sinusoidal_encoding(2 * (offset + t), self.d_model).to(self.pe.device)
+        n = self.pe.size(0)
+        if offset + t > n or self.pe.dtype != self.computed_dtype:
+            n = 2 * (offset + t) if offset + t > n else n
+            self.pe = sinusoidal_encoding(n, self.d_model, self.pe.dtype, self.pe.device)
+            self.computed_dtype = self.pe.dtype
         return self.pe[offset : offset + t].unsqueeze(0)
 
 
@@ -64,24 +78,33 @@ class LearnedPositionalEmbedding(nn.Module):
 class RotaryEmbedding(nn.Module):
     """RoPE (Su et al., 2021, Eq. 34): rotate each pair (x_{2i}, x_{2i+1}) of a query or key at
     position m by the angle m * theta_i, theta_i = base^(-2i/d). Then <R_m q, R_n k> depends on
-    q, k and the offset m - n only."""
+    q, k and the offset m - n only.
+
+    forward() computes the cos/sin tables for the positions of one forward pass; the stack calls
+    it once and hands the tables to every layer, which rotates with apply_rope()."""
 
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got d_k={head_dim}")
-        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.base = head_dim, base
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """x: (B, H, T, d) at positions offset .. offset + T - 1 -> rotated x, same shape."""
-        t = x.size(-2)
-        pos = torch.arange(offset, offset + t, device=x.device, dtype=torch.float32)
-        angle = torch.outer(pos, self.inv_freq)  # (T, d/2)
-        cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
-        x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, d/2)
-        rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
-        return rotated.flatten(-2)
+    def forward(self, t: int, offset: int = 0, device=None) -> tuple[Tensor, Tensor]:
+        """cos, sin of m * theta_i, each (T, d/2) float32, for positions m = offset .. offset +
+        T - 1. (Computed in float32 whatever the model's dtype: angles grow with m.)"""
+        two_i = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device)
+        inv_freq = self.base ** (-two_i / self.head_dim)  # theta_i, (d/2,)
+        pos = torch.arange(offset, offset + t, device=device, dtype=torch.float32)
+        angle = torch.outer(pos, inv_freq)  # (T, d/2)
+        return angle.cos(), angle.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate x (B, H, T, d) by the tables cos, sin (T, d/2) of RotaryEmbedding: same shape."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, d/2)
+    rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
+    return rotated.flatten(-2)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:

@@ -2,7 +2,8 @@
 
 Sequences are right-padded with `pad_id`. The encoder masks pad keys; the decoder's causal mask
 already hides the pads that follow the real tokens of a right-padded target, and cross-attention
-masks the source pads.
+masks the source pads (both source masks off with mask_source_padding=False). The stacks that
+own the loops are in attnlab.model.stacks, the KV cache in attnlab.model.cache.
 """
 
 from __future__ import annotations
@@ -15,74 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.model.attention import MultiHeadAttention
+from attnlab.model.cache import KVCache
 from attnlab.model.config import TransformerConfig
-from attnlab.model.layers import DecoderLayer, Embeddings, EncoderLayer, make_norm
-from attnlab.model.positional import (
-    ALiBi,
-    LearnedPositionalEmbedding,
-    RotaryEmbedding,
-    SinusoidalPositionalEncoding,
-)
-
-
-class KVCache:
-    """Keys and values of earlier decoding steps, one dict per decoder layer, so incremental
-    decoding computes each position once. `reorder` follows beam search's choice of hypotheses."""
-
-    def __init__(self, n_layers: int):
-        self.layers: list[dict] = [{} for _ in range(n_layers)]
-        self.length = 0  # target positions already processed
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` (new batch order) of every cached tensor."""
-        for layer in self.layers:
-            for part in layer.values():
-                for name in ("k", "v"):
-                    if name in part:
-                        part[name] = part[name].index_select(0, index)
-
-
-def _absolute_positions(cfg: TransformerConfig) -> nn.Module | None:
-    if cfg.pos_encoding == "sinusoidal":
-        return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
-    if cfg.pos_encoding == "learned":
-        return LearnedPositionalEmbedding(cfg.d_model, cfg.max_len)
-    return None
-
-
-class Stack(nn.Module):
-    """Embedding + positions + dropout (Sec. 5.4) + N layers (+ final norm for Pre-LN)."""
-
-    def __init__(
-        self,
-        cfg: TransformerConfig,
-        embeddings: Embeddings,
-        n_layers: int,
-        decoder: bool,
-        cross_attention: bool = True,
-    ):
-        super().__init__()
-        self.embeddings = embeddings
-        self.positions = _absolute_positions(cfg)
-        rotary = RotaryEmbedding(cfg.head_dim) if cfg.pos_encoding == "rope" else None
-        alibi = ALiBi(cfg.n_heads) if cfg.pos_encoding == "alibi" else None
-        self.dropout = nn.Dropout(cfg.dropout)
-        if decoder:
-            self.layers = nn.ModuleList(
-                DecoderLayer(cfg, rotary, alibi, cross_attention) for _ in range(n_layers)
-            )
-        else:
-            self.layers = nn.ModuleList(EncoderLayer(cfg, rotary, alibi) for _ in range(n_layers))
-        self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
-
-    def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
-        x = self.embeddings(tokens)  # (B, T, d_model), already * sqrt(d_model)
-        if self.positions is not None:
-            x = x + self.positions(tokens.size(1), offset)
-        return self.dropout(x)
-
-    def finish(self, x: Tensor) -> Tensor:
-        return self.final_norm(x) if self.final_norm is not None else x
+from attnlab.model.layers import Embeddings
+from attnlab.model.stacks import Decoder, Encoder
 
 
 class Transformer(nn.Module):
@@ -101,14 +38,8 @@ class Transformer(nn.Module):
                 if cfg.share_embeddings
                 else Embeddings(cfg.vocab_size, cfg.d_model, cfg.pad_id)
             )
-            self.encoder = Stack(cfg, src_embeddings, cfg.n_encoder_layers, decoder=False)
-        self.decoder = Stack(
-            cfg,
-            tgt_embeddings,
-            cfg.n_decoder_layers,
-            decoder=True,
-            cross_attention=cfg.arch == "encoder_decoder",
-        )
+            self.encoder = Encoder(cfg, src_embeddings)
+        self.decoder = Decoder(cfg, tgt_embeddings, cross_attention=cfg.arch == "encoder_decoder")
         # Pre-softmax linear transformation (Sec. 3.4), tied to the embeddings when shared.
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.reset_parameters()
@@ -147,11 +78,7 @@ class Transformer(nn.Module):
         """src (B, S) -> memory (B, S, d_model), src padding mask (B, S) bool (True at pads)."""
         if self.encoder is None:
             raise RuntimeError("encode() needs arch='encoder_decoder'")
-        padding_mask = src.eq(self.config.pad_id)
-        x = self.encoder.embed(src)
-        for layer in self.encoder.layers:
-            x = layer(x, padding_mask)
-        return self.encoder.finish(x), padding_mask
+        return self.encoder(src)
 
     def decode(
         self,
@@ -160,15 +87,9 @@ class Transformer(nn.Module):
         memory_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> Tensor:
-        """tgt_in (B, T) -> logits (B, T, V). With a cache, tgt_in holds only the new positions."""
-        offset = cache.length if cache is not None else 0
-        x = self.decoder.embed(tgt_in, offset)
-        for i, layer in enumerate(self.decoder.layers):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, memory=memory, memory_padding_mask=memory_padding_mask, cache=layer_cache)
-        if cache is not None:
-            cache.length += tgt_in.size(1)
-        return self.generator(self.decoder.finish(x))
+        """tgt_in (B, T) -> logits (B, T, V). With a cache, tgt_in holds only the new positions.
+        See Decoder.forward for memory shared by beams."""
+        return self.generator(self.decoder(tgt_in, memory, memory_padding_mask, cache))
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.decoder.layers))

@@ -1,0 +1,149 @@
+"""Sec. 3.1: the encoder and decoder stacks, each owning its loop.
+
+A stack is token embeddings (Sec. 3.4) + absolute positions (Sec. 3.5) + dropout (Sec. 5.4),
+then N layers, then (Pre-LN only) a final norm. What every layer of one forward pass shares is
+computed here once and handed to the layers: RoPE's cos/sin and ALiBi's bias for this pass's
+positions, and whether source padding needs a mask at all.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from attnlab.model.cache import KVCache
+from attnlab.model.config import TransformerConfig
+from attnlab.model.layers import DecoderLayer, Embeddings, EncoderLayer, make_norm
+from attnlab.model.positional import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
+
+
+def _absolute_positions(cfg: TransformerConfig) -> nn.Module | None:
+    if cfg.pos_encoding == "sinusoidal":
+        return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
+    if cfg.pos_encoding == "learned":
+        return LearnedPositionalEmbedding(cfg.d_model, cfg.max_len)
+    return None
+
+
+def source_key_mask(padding_mask: Tensor | None, mask_padding: bool) -> Tensor | None:
+    """The key padding mask (B, S) that attention over the source needs, or None: when pads may
+    be attended to (mask_source_padding=False) or the batch has none. None lets attention take
+    its fused kernels; deciding here costs one host sync per forward, not one per layer."""
+    if padding_mask is None or not mask_padding or not bool(padding_mask.any()):
+        return None
+    return padding_mask
+
+
+class _Stack(nn.Module):
+    """What both stacks share: the bottom (embeddings, positions, dropout), the per-forward
+    relative-position tables, running a layer (checkpointed if asked) and the final norm."""
+
+    def __init__(self, cfg: TransformerConfig, embeddings: Embeddings, layers: nn.ModuleList):
+        super().__init__()
+        self.embeddings = embeddings
+        self.positions = _absolute_positions(cfg)
+        self.rotary = RotaryEmbedding(cfg.head_dim) if cfg.pos_encoding == "rope" else None
+        self.alibi = ALiBi(cfg.n_heads) if cfg.pos_encoding == "alibi" else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = layers
+        self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
+        self.activation_checkpointing = cfg.activation_checkpointing
+
+    def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """(B, T) tokens at positions offset .. offset + T - 1 -> (B, T, d_model)."""
+        x = self.embeddings(tokens)  # (B, T, d_model), already * sqrt(d_model)
+        if self.positions is not None:
+            x = x + self.positions(tokens.size(1), offset)
+        return self.dropout(x)
+
+    def relative_positions(
+        self, t: int, s: int, like: Tensor
+    ) -> tuple[tuple[Tensor, Tensor] | None, Tensor | None]:
+        """For T queries that are the last T of S positions: RoPE's (cos, sin), each
+        (T, d_k/2), and ALiBi's bias (1, H, T, S), or None where the encoding is another."""
+        rope = self.rotary(t, s - t, like.device) if self.rotary is not None else None
+        alibi = self.alibi(t, s, like.device, like.dtype) if self.alibi is not None else None
+        return rope, alibi
+
+    def call_layer(self, layer: nn.Module, *args, may_checkpoint: bool = True, **kwargs):
+        """layer(*args, **kwargs); under activation checkpointing (training, with autograd)
+        its activations are recomputed in the backward pass instead of stored."""
+        if self.activation_checkpointing and self.training and may_checkpoint:
+            if torch.is_grad_enabled():
+                return checkpoint(layer, *args, use_reentrant=False, **kwargs)
+        return layer(*args, **kwargs)
+
+    def finish(self, x: Tensor) -> Tensor:
+        return self.final_norm(x) if self.final_norm is not None else x
+
+
+class Encoder(_Stack):
+    """The encoder stack: N x (self-attention, FFN) over the source."""
+
+    def __init__(self, cfg: TransformerConfig, embeddings: Embeddings):
+        layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        super().__init__(cfg, embeddings, layers)
+        self.pad_id = cfg.pad_id
+        self.mask_source_padding = cfg.mask_source_padding
+
+    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, d_model), padding mask (B, S) bool (True at pads)."""
+        padding_mask = src.eq(self.pad_id)
+        key_mask = source_key_mask(padding_mask, self.mask_source_padding)
+        x = self.embed(src)
+        rope, alibi = self.relative_positions(src.size(1), src.size(1), x)
+        for layer in self.layers:
+            x = self.call_layer(layer, x, key_mask, rope=rope, alibi=alibi)
+        return self.finish(x), padding_mask
+
+
+class Decoder(_Stack):
+    """The decoder stack: N x (masked self-attention, cross-attention, FFN) over the target;
+    without cross-attention, a decoder-only language model."""
+
+    def __init__(self, cfg: TransformerConfig, embeddings: Embeddings, cross_attention: bool):
+        layers = nn.ModuleList(
+            DecoderLayer(cfg, cross_attention) for _ in range(cfg.n_decoder_layers)
+        )
+        super().__init__(cfg, embeddings, layers)
+        self.mask_source_padding = cfg.mask_source_padding
+
+    def forward(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor | None = None,
+        memory_padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """tgt_in (B, T) -> hidden states (B, T, d_model).
+
+        memory (B', S, d_model) and memory_padding_mask (B', S) come from Encoder.forward;
+        B' = B, or B' divides B and each memory row serves B / B' consecutive target rows (the
+        beams of one sentence in beam search). With a cache, tgt_in holds only the new
+        positions, which follow the cache.length processed before; the cache then advances."""
+        t = tgt_in.size(1)
+        offset = cache.length if cache is not None else 0
+        key_mask = source_key_mask(memory_padding_mask, self.mask_source_padding)
+        x = self.embed(tgt_in, offset)
+        rope, alibi = self.relative_positions(t, offset + t, x)
+        for i, layer in enumerate(self.layers):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x = self.call_layer(
+                layer,
+                x,
+                memory,
+                key_mask,
+                layer_cache,
+                rope=rope,
+                alibi=alibi,
+                may_checkpoint=cache is None,  # a recomputed step would append to the cache twice
+            )
+        if cache is not None:
+            cache.length += t
+        return self.finish(x)

@@ -1,0 +1,141 @@
+"""Masks that must be exact: no NaN for a query with nothing to see, exact zeros on hidden keys,
+and the two controls for classic mistakes (attn_scale, mask_source_padding)."""
+
+import pytest
+import torch
+
+from attnlab.model import POS_ENCODINGS, MultiHeadAttention, Transformer, TransformerConfig
+from attnlab.model.attention import scaled_dot_product_attention
+
+V, PAD = 40, 0
+
+
+def tiny(**overrides) -> TransformerConfig:
+    base = dict(
+        vocab_size=V,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        max_len=64,
+    )
+    return TransformerConfig(**(base | overrides))
+
+
+def tokens(b, t, seed=0):
+    return torch.randint(4, V, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_fully_masked_row_gets_zero_weights_and_output_not_nan():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    q.requires_grad_(True)
+    allowed = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    allowed[1, :, 1] = False  # query 1 of row 1 may see nothing
+    out, w = scaled_dot_product_attention(q, k, v, allowed)
+    assert w[1, :, 1].eq(0).all() and out[1, :, 1].eq(0).all()
+    assert torch.allclose(w[0].sum(-1), torch.ones(2, 3))
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+
+
+def test_both_paths_agree_on_an_all_pad_key_row():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4).eval()
+    q, kv = torch.randn(2, 3, 32), torch.randn(2, 5, 32)
+    pads = torch.zeros(2, 5, dtype=torch.bool)
+    pads[1] = True  # an empty source sentence
+    fast, _ = mha(q, kv, kv, key_padding_mask=pads)
+    ref, w = mha(q, kv, kv, key_padding_mask=pads, need_weights=True)
+    assert torch.isfinite(ref).all() and torch.isfinite(fast).all()
+    assert w[1].eq(0).all()
+    assert (fast - ref).abs().max() <= 1e-6
+    assert torch.allclose(ref[1], mha.w_o.bias.expand(3, 32))  # zero attention, then W^O
+
+
+def test_an_all_pad_source_sentence_gives_finite_logits_on_both_paths():
+    torch.manual_seed(0)
+    model = Transformer(tiny()).eval()
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    src[1] = PAD
+    fast = model(src, tgt)
+    with model.record_attention():
+        ref = model(src, tgt)
+    assert torch.isfinite(fast).all() and torch.isfinite(ref).all()
+    assert (fast - ref).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("pe", POS_ENCODINGS)
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_causal_maps_are_exactly_zero_above_the_diagonal(arch, pe):
+    torch.manual_seed(0)
+    model = Transformer(tiny(arch=arch, pos_encoding=pe)).eval()
+    src, tgt = tokens(2, 6), tokens(2, 7, seed=1)
+    with model.record_attention():
+        model(src, tgt) if arch == "encoder_decoder" else model(tgt)
+        maps = model.attention_weights()
+    for i in range(2):
+        w = maps[f"decoder.layers.{i}.self_attn"]  # (B, H, T, T)
+        future = torch.ones(7, 7, dtype=torch.bool).triu(diagonal=1)
+        assert w[..., future].eq(0).all()
+        assert w[..., ~future].gt(0).all()
+
+
+@pytest.mark.parametrize("pe", POS_ENCODINGS)
+def test_padding_keys_receive_exactly_zero_weight(pe):
+    torch.manual_seed(0)
+    model = Transformer(tiny(pos_encoding=pe)).eval()
+    src, tgt = tokens(2, 7), tokens(2, 5, seed=1)
+    src[0, 4:] = PAD
+    with model.record_attention():
+        model(src, tgt)
+        maps = model.attention_weights()
+    for name in ("encoder.layers.0.self_attn", "decoder.layers.1.cross_attn"):
+        w = maps[name]
+        assert w[0, :, :, 4:].eq(0).all(), name
+        assert w[0, :, :, :4].gt(0).all() and w[1].gt(0).all(), name
+
+
+def test_attn_scale_none_is_q_k_without_the_square_root():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, attn_scale="none").eval()
+    x = torch.randn(2, 5, 32)
+    q, k, v = (mha._split_heads(lin(x)) for lin in (mha.w_q, mha.w_k, mha.w_v))
+    by_hand = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v  # no / sqrt(d_k)
+    by_hand = mha.w_o(by_hand.transpose(1, 2).reshape(2, 5, 32))
+    for need_weights in (False, True):
+        out, _ = mha(x, x, x, need_weights=need_weights)
+        assert (out - by_hand).abs().max() <= 1e-5
+    scaled = MultiHeadAttention(32, 4).eval()
+    scaled.load_state_dict(mha.state_dict())
+    assert (scaled(x, x, x)[0] - by_hand).abs().max() > 1e-3
+
+
+def test_attn_scale_none_changes_the_logits():
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    torch.manual_seed(0)
+    paper = Transformer(tiny()).eval()
+    torch.manual_seed(0)
+    unscaled = Transformer(tiny(attn_scale="none")).eval()
+    assert (paper(src, tgt) - unscaled(src, tgt)).abs().max() > 1e-3
+    with unscaled.record_attention():  # the reference path leaves out the scale as well
+        ref = unscaled(src, tgt)
+    assert (ref - unscaled(src, tgt)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "reference"])
+def test_unmasked_source_pads_leak_into_the_target_logits(need_weights):
+    torch.manual_seed(0)
+    model = Transformer(tiny(mask_source_padding=False)).eval()
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    padded = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
+    if need_weights:
+        with model.record_attention():
+            a, b = model(src, tgt), model(padded, tgt)
+            w = model.attention_weights()["decoder.layers.0.cross_attn"]
+        assert w[:, :, :, 6:].gt(0).all()  # queries attend to the pads
+    else:
+        a, b = model(src, tgt), model(padded, tgt)
+    assert (a - b).abs().max() > 1e-4  # the leak the default prevents
