@@ -5,6 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
+
+# One thread: on a small shared CPU, torch's default threads stall each other (the model tests
+# ran 40x slower with 2 threads while another process was busy).
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"

@@ -171,6 +171,23 @@ def test_choices_are_checked_when_composing(compose):
         compose(["trainer.max_steps=many"])
 
 
+def test_the_mistake_switches_and_fast_paths_reach_the_model_from_the_command_line(compose):
+    cfg = compose(
+        [
+            "model.attn_scale=none",
+            "model.mask_source_padding=false",
+            "model.activation_checkpointing=true",
+        ]
+    )
+    validate_config(cfg)
+    model = transformer_config(cfg.model, vocab_size=21, pad_id=0)
+    assert (model.attn_scale, model.mask_source_padding) == ("none", False)
+    assert model.activation_checkpointing is True
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(["model.attn_scale=sqrt"])
+    assert "sqrt_dk, none" in str(info.value.__cause__)
+
+
 def test_validate_config_names_model_keys(compose):
     with pytest.raises(ValueError, match=r"model\.d_model=64 is not divisible by model\.n_heads=3"):
         validate_config(compose(["model.n_heads=3"]))

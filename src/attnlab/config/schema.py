@@ -23,6 +23,7 @@ from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model.config import (
     ACTIVATIONS,
     ARCHS,
+    ATTN_SCALES,
     INITS,
     NORM_POSITIONS,
     NORM_TYPES,
@@ -43,6 +44,7 @@ NormType = _choices("NormType", NORM_TYPES)
 PosEncoding = _choices("PosEncoding", POS_ENCODINGS)
 Init = _choices("Init", INITS)
 Activation = _choices("Activation", ACTIVATIONS)
+AttnScale = _choices("AttnScale", ATTN_SCALES)
 Scheduler = _choices("Scheduler", SCHEDULERS)
 Optimizer = _choices("Optimizer", ("adam", "adamw"))
 SyntheticTask = _choices("SyntheticTask", SYNTHETIC_TASKS)
@@ -72,6 +74,9 @@ class ModelConfig:
     share_embeddings: bool = _TC.share_embeddings
     init: Init = Init(_TC.init)
     activation: Activation = Activation(_TC.activation)
+    attn_scale: AttnScale = AttnScale(_TC.attn_scale)  # none: no 1/sqrt(d_k) (a classic bug)
+    mask_source_padding: bool = _TC.mask_source_padding  # false: queries see source pads
+    activation_checkpointing: bool = _TC.activation_checkpointing  # recompute layers in backward
 
 
 @dataclass
