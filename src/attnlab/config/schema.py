@@ -3,7 +3,8 @@
 conf/train.yaml starts its defaults list with `train_schema`, so every composed config is typed:
 OmegaConf rejects `model.n_heads=two` or `model.pos_encoding=foo` (listing the valid choices)
 while composing. Choice fields are `str` Enums built from the choice tuples of the layers
-(attnlab.model.config, attnlab.data.options, attnlab.training.schedules);
+(attnlab.model.config, attnlab.data.options, attnlab.training.options and .schedules), none
+of which imports torch, so `attnlab-train --help` answers without loading it;
 attnlab.config.plain.to_plain turns them back into plain strings.
 
 Checks between fields (d_model divisible by n_heads, ...) run later, in attnlab.config.validate.
@@ -30,7 +31,7 @@ from attnlab.model.config import (
     POS_ENCODINGS,
     TransformerConfig,
 )
-from attnlab.training.losses import LOSS_NORMALIZATIONS
+from attnlab.training.options import LOSS_NORMALIZATIONS, OPTIMIZERS
 from attnlab.training.schedules import SCHEDULERS
 
 
@@ -46,7 +47,7 @@ Init = _choices("Init", INITS)
 Activation = _choices("Activation", ACTIVATIONS)
 AttnScale = _choices("AttnScale", ATTN_SCALES)
 Scheduler = _choices("Scheduler", SCHEDULERS)
-Optimizer = _choices("Optimizer", ("adam", "adamw"))
+Optimizer = _choices("Optimizer", OPTIMIZERS)
 SyntheticTask = _choices("SyntheticTask", SYNTHETIC_TASKS)
 LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
 

@@ -12,54 +12,53 @@ Where to find each section of the paper:
     incremental decoding state          cache.KVCache (cache.LayerCache, cache.AttentionCache)
     beam search (Sec. 6.1)              decoding.beam_search
 The learning-rate schedule (Sec. 5.3) lives with the training code: attnlab.training.schedules.
+
+The names below are imported when first used (PEP 562), so `from attnlab.model.config import
+TransformerConfig` (the config schema, attnlab-train --help) does not load torch.
 """
 
-from attnlab.model.attention import MultiHeadAttention, scaled_dot_product_attention
-from attnlab.model.cache import AttentionCache, KVCache, LayerCache
-from attnlab.model.config import (
-    ACTIVATIONS,
-    ARCHS,
-    ATTN_SCALES,
-    INITS,
-    NORM_POSITIONS,
-    NORM_TYPES,
-    POS_ENCODINGS,
-    TransformerConfig,
-)
-from attnlab.model.positional import (
-    ALiBi,
-    LearnedPositionalEmbedding,
-    RotaryEmbedding,
-    SinusoidalPositionalEncoding,
-    alibi_slopes,
-    apply_rope,
-    sinusoidal_encoding,
-)
-from attnlab.model.stacks import Decoder, Encoder
-from attnlab.model.transformer import Transformer
+from __future__ import annotations
 
-__all__ = [
-    "ACTIVATIONS",
-    "ARCHS",
-    "ATTN_SCALES",
-    "INITS",
-    "NORM_POSITIONS",
-    "NORM_TYPES",
-    "POS_ENCODINGS",
-    "ALiBi",
-    "AttentionCache",
-    "Decoder",
-    "Encoder",
-    "KVCache",
-    "LayerCache",
-    "LearnedPositionalEmbedding",
-    "MultiHeadAttention",
-    "RotaryEmbedding",
-    "SinusoidalPositionalEncoding",
-    "Transformer",
-    "TransformerConfig",
-    "alibi_slopes",
-    "apply_rope",
-    "scaled_dot_product_attention",
-    "sinusoidal_encoding",
-]
+import importlib
+
+_HOMES = {
+    "attention": ("MultiHeadAttention", "scaled_dot_product_attention"),
+    "cache": ("AttentionCache", "KVCache", "LayerCache"),
+    "config": (
+        "ACTIVATIONS",
+        "ARCHS",
+        "ATTN_SCALES",
+        "INITS",
+        "NORM_POSITIONS",
+        "NORM_TYPES",
+        "POS_ENCODINGS",
+        "TransformerConfig",
+    ),
+    "positional": (
+        "ALiBi",
+        "LearnedPositionalEmbedding",
+        "RotaryEmbedding",
+        "SinusoidalPositionalEncoding",
+        "alibi_slopes",
+        "apply_rope",
+        "sinusoidal_encoding",
+    ),
+    "stacks": ("Decoder", "Encoder"),
+    "transformer": ("Transformer",),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

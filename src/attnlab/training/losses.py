@@ -6,10 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# What the summed token losses of a training batch are divided by: the target tokens of the
-# global batch (all DDP ranks) or of this rank's share (attnlab.training.module).
-LOSS_NORMALIZATIONS = ("tokens_global", "tokens")
-
 
 def label_smoothed_nll(
     logits: Tensor, targets: Tensor, label_smoothing: float, pad_id: int
