@@ -101,13 +101,18 @@ class SyntheticDataConfig:
 @dataclass
 class OptimConfig:
     """Adam with the paper's betas and eps (Sec. 5.3). `lr` is the peak learning rate of the
-    inverse_sqrt, cosine and constant schedules; noam derives its own from d_model."""
+    inverse_sqrt, cosine and constant schedules; noam derives its own from d_model. Weight
+    decay skips biases, norm gains and positional tables."""
 
     name: Optimizer = Optimizer.adam
     lr: float = 1e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     eps: float = 1e-9
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # on weight matrices and embeddings only
+    # torch's implementation (same update, float rounding apart); both null: fused where
+    # supported (CPU, CUDA), else torch's default. attnlab.training.optimizer
+    fused: bool | None = None
+    foreach: bool | None = None
 
 
 @dataclass

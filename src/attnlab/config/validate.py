@@ -28,6 +28,7 @@ def validate_config(cfg: DictConfig) -> None:
     """Every check below, in turn; the first problem raises."""
     model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
     _check_schedule_and_loss(cfg)
+    _check_optimizer(cfg)
     _check_run_control(cfg)
     _check_task(cfg, model.arch)
     _check_world_size(cfg)
@@ -84,6 +85,15 @@ def _check_schedule_and_loss(cfg: DictConfig) -> None:
             number_problem("loss.label_smoothing", cfg.loss.label_smoothing, 0.0, 1.0),
         ]
     )
+
+
+def _check_optimizer(cfg: DictConfig) -> None:
+    """optim.fused and optim.foreach name two implementations: at most one may be true."""
+    if cfg.optim.get("fused") and cfg.optim.get("foreach"):
+        raise ValueError(
+            "optim.fused=true and optim.foreach=true cannot both be set; expected at most one "
+            "of them true (both null: the fastest one torch supports)"
+        )
 
 
 def _check_run_control(cfg: DictConfig) -> None:

@@ -23,8 +23,10 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.training.losses import LOSS_NORMALIZATIONS, label_smoothed_nll
+from attnlab.training.losses import label_smoothed_nll
 from attnlab.training.metrics import exact_match, token_accuracy
+from attnlab.training.optimizer import build_optimizer
+from attnlab.training.options import LOSS_NORMALIZATIONS
 from attnlab.training.schedules import build_schedule, lr_lambda
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
@@ -202,16 +204,10 @@ class TransformerModule(L.LightningModule):
 
     # --- optimization ---------------------------------------------------------------------
     def configure_optimizers(self):
-        """Adam (or AdamW) with lr=1.0 and a LambdaLR whose factor is the scheduled lr."""
+        """Adam (or AdamW) with lr=1.0 and a LambdaLR whose factor is the scheduled lr; weight
+        decay on matrices and embeddings only (attnlab.training.optimizer)."""
         o, s = self.hparams.optim, self.hparams.scheduler
-        optimizer_cls = torch.optim.AdamW if o["name"] == "adamw" else torch.optim.Adam
-        optimizer = optimizer_cls(
-            self.parameters(),
-            lr=1.0,
-            betas=tuple(o["betas"]),
-            eps=o["eps"],
-            weight_decay=o["weight_decay"],
-        )
+        optimizer = build_optimizer(self.model, o)
         max_steps = s.get("max_steps") or self.hparams.max_steps
         schedule = build_schedule(
             s["name"],
