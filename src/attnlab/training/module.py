@@ -3,7 +3,9 @@
 Both train with label-smoothed cross-entropy (Sec. 5.4) and Adam with beta1=0.9, beta2=0.98,
 eps=1e-9 under a learning-rate schedule stepped every optimizer step (Sec. 5.3), and log
 
-    train/  loss, nll, perplexity, token_acc, lr, grad_norm, tokens_per_sec   (every step)
+    train/  loss, nll, perplexity, token_acc, lr, grad_norm, tokens_per_sec
+            (every trainer.log_every_n_steps steps, and the last; tokens_per_sec over the steps
+            since the previous value, validation excluded)
     val/ test/  loss, nll, perplexity, token_acc, exact_match                 (every evaluation)
     val/loss_best, val/exact_match_best
 
@@ -84,8 +86,11 @@ class TransformerModule(L.LightningModule):
         self.val_exact_match_best.persistent(True)
         self.diverged = False
         self.diverged_step: int | None = None
-        self._n_tokens = 0  # non-PAD targets of the current training batch
-        self._last_step_time: float | None = None
+        self._log_now = True  # is this a step whose train/ metrics go to the loggers?
+        self._window_tokens: list[Tensor] = []  # target tokens of the steps since the last log
+        self._window_start, self._paused = time.perf_counter(), 0.0  # its start, time in val
+        self._validation_start = 0.0
+        self._grad_norm: Tensor | None = None
 
     # --- what subclasses define -----------------------------------------------------------
     def logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -98,33 +103,54 @@ class TransformerModule(L.LightningModule):
         raise NotImplementedError
 
     # --- training -------------------------------------------------------------------------
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor | None:
+    # The step itself costs what a plain PyTorch loop costs: the train/ metrics are computed
+    # and logged only on the steps Lightning writes to the loggers (trainer.log_every_n_steps,
+    # and the last step), values stay on the device in between, and the one host sync of a
+    # step is the finiteness check of the gradient norm, which clipping then reuses.
+    def on_train_start(self) -> None:
+        self._window_start = time.perf_counter()
+        self._window_tokens, self._paused = [], 0.0
+
+    def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
+        trainer = self.trainer
+        last = 0 < trainer.max_steps <= trainer.global_step + 1
+        self._log_now = trainer._logger_connector.should_update_logs or last
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         logits, targets = self.logits_and_targets(batch)
         loss, nll, n_tokens = label_smoothed_nll(
             logits, targets, self.hparams.label_smoothing, self.pad_id
         )
-        correct, total = token_accuracy(logits.detach(), targets, self.pad_id)
-        # Sums over the global batch: all DDP ranks take part, so they agree on divergence.
-        stats = (loss.detach() * n_tokens, nll * n_tokens, n_tokens, correct, total)
-        sums = torch.stack([x.float() for x in stats])
+        self._window_tokens.append(n_tokens)
+        if self._log_now:
+            self._log_train_metrics(loss.detach(), nll, n_tokens, logits.detach(), targets)
+        if self._grad_scaler() is not None and not torch.isfinite(loss):
+            self._diverge()  # 16-mixed: inf gradients are the scaler's business, the loss ours
         world = self.trainer.world_size
-        if world > 1:
+        if world > 1 and self.hparams.loss_normalize == "tokens_global":
+            g_tokens = self.trainer.strategy.reduce(n_tokens.float(), reduce_op="sum")
+            loss = loss * (n_tokens * world / g_tokens.clamp(min=1))  # DDP's mean: sum / N
+        return loss
+
+    def _log_train_metrics(self, loss, nll, n_tokens, logits, targets) -> None:
+        """train/ loss, nll, perplexity, token_acc and lr over the global batch (all DDP ranks
+        sum their counts: one all_reduce, on logging steps only)."""
+        correct, total = token_accuracy(logits, targets, self.pad_id)
+        sums = torch.stack([x.float() for x in (loss * n_tokens, nll * n_tokens, n_tokens)])
+        sums = torch.cat([sums, torch.stack([correct, total]).float()])
+        if self.trainer.world_size > 1:
             sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
         loss_sum, nll_sum, g_tokens, g_correct, g_total = sums.unbind()
-        if not torch.isfinite(loss_sum):
-            self._diverge()
-            return None  # skip this update; the run ends with status "diverged"
-        g_n = g_tokens.clamp(min=1)
-        if world > 1 and self.hparams.loss_normalize == "tokens_global":
-            loss = loss * (n_tokens * world / g_n)  # DDP's mean over ranks: sum / N
-        bs = targets.size(0)
+        g_n, bs = g_tokens.clamp(min=1), targets.size(0)
         self.log("train/loss", loss_sum / g_n, on_step=True, prog_bar=True, batch_size=bs)
         self.log("train/nll", nll_sum / g_n, on_step=True, batch_size=bs)
         self.log("train/perplexity", torch.exp(nll_sum / g_n), on_step=True, batch_size=bs)
         self.log("train/token_acc", g_correct / g_total.clamp(min=1), on_step=True, batch_size=bs)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, batch_size=bs)
-        self._n_tokens = int(g_tokens)  # tokens_per_sec counts the global batch
-        return loss
+
+    def _grad_scaler(self):
+        """16-mixed's GradScaler, or None."""
+        return getattr(self.trainer.precision_plugin, "scaler", None)
 
     def _diverge(self) -> None:
         """A non-finite loss or gradient: stop within this step; status "diverged"."""
@@ -133,24 +159,55 @@ class TransformerModule(L.LightningModule):
         self.trainer.should_stop = True
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        """Log the gradient norm before clipping (Lightning clips after this hook). A
-        non-finite norm drops the gradients (Adam skips parameters without one) and stops."""
+        """The gradient norm before clipping, in one fused (foreach) reduction: logged, reused
+        by the clipping below, and checked once for finiteness (a NaN or inf loss makes it
+        non-finite too). A non-finite norm drops the gradients (Adam skips parameters without
+        one) and stops the run. Under 16-mixed the scaler skips such steps itself."""
+        self._grad_norm = None
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if grads:
-            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-            if not torch.isfinite(norm):
-                for p in self.parameters():
-                    p.grad = None
-                self._diverge()
-                return
+        if not grads:
+            return
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        if self._grad_scaler() is None and not torch.isfinite(norm):  # the step's host sync
+            for p in self.parameters():
+                p.grad = None
+            self._diverge()
+            return
+        self._grad_norm = norm
+        if self._log_now:
             self.log("train/grad_norm", norm, on_step=True)
 
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        """trainer.gradient_clip_val by norm, with the norm on_before_optimizer_step computed
+        (the same clipping as torch.nn.utils.clip_grad_norm_, one norm per step instead of two)."""
+        norm = getattr(self, "_grad_norm", None)
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and norm is not None:
+            params = [p for p in self.parameters() if p.grad is not None]
+            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        """Target tokens per second, over the wall time from the previous step's end."""
+        """train/tokens_per_sec: target tokens (global batch) over the wall time since the last
+        logged value, validation excluded; logged with the other train/ metrics."""
+        if not self._log_now or not self._window_tokens:
+            return
+        tokens = torch.stack(self._window_tokens).sum().float()
+        if self.trainer.world_size > 1:
+            tokens = self.trainer.strategy.reduce(tokens, reduce_op="sum")
         now = time.perf_counter()
-        if self._last_step_time is not None and self._n_tokens:
-            self.log("train/tokens_per_sec", self._n_tokens / (now - self._last_step_time))
-        self._last_step_time = now
+        elapsed = now - self._window_start - self._paused
+        self.log("train/tokens_per_sec", float(tokens) / max(elapsed, 1e-9), on_step=True)
+        self._window_start, self._window_tokens, self._paused = now, [], 0.0
+
+    def on_validation_start(self) -> None:
+        self._validation_start = time.perf_counter()
+
+    def on_validation_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self._paused += time.perf_counter() - self._validation_start
 
     # --- evaluation -----------------------------------------------------------------------
     def _eval_step(self, split: str, batch: dict) -> None:

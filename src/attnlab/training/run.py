@@ -38,6 +38,7 @@ from attnlab.runs.wandb import finish_wandb, wandb_id
 from attnlab.training.callbacks import Preemption, RNGState, periodic_checkpoints
 from attnlab.training.environment import cluster_plugins, warn_if_bf16_is_emulated
 from attnlab.training.module import TransformerModule, module_for
+from attnlab.training.progress import progress_bar
 
 PROG = "attnlab-train"
 
@@ -225,7 +226,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
     ckpt_dir = run_dir / "checkpoints"
     callbacks += periodic_checkpoints(ckpt_dir, **to_plain(cfg.checkpoint))
     preemption = Preemption(ckpt_dir)
-    callbacks += [preemption, RNGState()]
+    callbacks += [preemption, RNGState(), *progress_bar(cfg.trainer.enable_progress_bar)]
     trainer = L.Trainer(
         **to_plain(cfg.trainer),
         logger=loggers,
