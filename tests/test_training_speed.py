@@ -1,0 +1,132 @@
+"""The training step's bookkeeping: train/ metrics on the logging steps only (none lost), the
+logged tokens per second against an independent wall clock, clipping that reuses the
+gradient norm."""
+
+from __future__ import annotations
+
+import csv
+import time
+import types
+
+import lightning as L
+import pytest
+import torch
+
+from attnlab.training.run import train
+
+
+class WallClock(L.Callback):
+    """Added to a run with +callbacks.clock._target_=test_training_speed.WallClock: the end of
+    every training batch with its target tokens, and the time spent in validation."""
+
+    last: WallClock | None = None
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.batch_ends: list[tuple[float, int]] = []
+        self.validation: list[tuple[float, float]] = []
+        WallClock.last = self
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.batch_ends.append((time.perf_counter(), int(batch["tgt_out"].ne(0).sum())))
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.validation.append((time.perf_counter(), 0.0))
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.validation[-1] = (self.validation[-1][0], time.perf_counter())
+
+    def rate(self, first: int, last: int) -> float:
+        """Tokens per second of batches first..last (1-based, inclusive), validation excluded."""
+        begin = self.start if first == 1 else self.batch_ends[first - 2][0]
+        end = self.batch_ends[last - 1][0]
+        paused = sum(b - a for a, b in self.validation if begin <= a and b <= end)
+        tokens = sum(n for _, n in self.batch_ends[first - 1 : last])
+        return tokens / (end - begin - paused)
+
+
+def _rows(run_dir) -> list[dict]:
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _train(compose, tmp_path, *overrides: str):
+    run_dir = tmp_path / "run"
+    ovs = [
+        "debug=tiny",
+        "logger=none",
+        "callbacks=none",
+        "+callbacks.clock._target_=test_training_speed.WallClock",
+        f"paths.run_dir={run_dir}",
+        *overrides,
+    ]
+    return train(compose(ovs), ovs), run_dir
+
+
+def test_logged_tokens_per_sec_agrees_with_the_wall_clock(compose, tmp_path):
+    """Every logged value is the target tokens since the previous one over the wall time they
+    took (data, step, hooks; validation excluded), measured here independently: within 10%."""
+    results, run_dir = _train(
+        compose,
+        tmp_path,
+        "trainer.max_steps=42",
+        "trainer.log_every_n_steps=10",
+        "trainer.val_check_interval=15",
+    )
+    assert results["status"] == "completed"
+    clock = WallClock.last
+    logged = [float(r["train/tokens_per_sec"]) for r in _rows(run_dir) if r["train/tokens_per_sec"]]
+    logged.append(results["metrics"]["train/tokens_per_sec"])  # the last step: results.json
+    windows = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 42)]  # every 10th step and the last
+    assert len(logged) == len(windows) and len(clock.validation) == 2
+    for value, (first, last) in zip(logged, windows, strict=True):
+        assert value == pytest.approx(clock.rate(first, last), rel=0.10), (first, last)
+    tokens = [sum(n for _, n in clock.batch_ends[a - 1 : b]) for a, b in windows]
+    seconds = sum(n / v for n, v in zip(tokens, logged, strict=True))
+    assert sum(tokens) / seconds == pytest.approx(clock.rate(1, 42), rel=0.10)
+
+
+def test_train_metrics_are_logged_every_n_steps_and_at_the_last(compose, tmp_path):
+    """metrics.csv gets the train/ metrics every log_every_n_steps steps, results.json those
+    of the last step."""
+    results, run_dir = _train(
+        compose, tmp_path, "trainer.max_steps=23", "trainer.log_every_n_steps=5"
+    )
+    names = ("loss", "nll", "perplexity", "token_acc", "lr", "grad_norm", "tokens_per_sec")
+    train_rows = [r for r in _rows(run_dir) if r["train/loss"]]
+    assert [int(r["step"]) for r in train_rows] == [4, 9, 14, 19]  # steps 5, 10, 15, 20
+    for row in train_rows:
+        assert all(row[f"train/{n}"] for n in names), row
+        assert float(row["train/perplexity"]) == pytest.approx(
+            torch.exp(torch.tensor(float(row["train/nll"]))).item(), rel=1e-4
+        )
+    assert all(f"train/{n}" in results["metrics"] for n in names)
+    assert results["metrics"]["train/loss"] != float(train_rows[-1]["train/loss"])  # step 23's
+
+
+def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
+    from attnlab.training.module import Seq2SeqModule
+
+    model = dict(vocab_size=11, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1)
+    model["n_decoder_layers"] = 1
+    optim = {"name": "adam", "lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.0}
+    module = Seq2SeqModule(model, optim, {"name": "constant", "warmup_steps": 0})
+    module._trainer = types.SimpleNamespace(precision_plugin=None, global_step=0)
+    module._log_now = False
+    src, tgt = torch.randint(4, 11, (3, 5)), torch.randint(4, 11, (3, 6))
+    module(src, tgt).square().sum().backward()
+    params = [torch.nn.Parameter(p.detach().clone()) for p in module.parameters()]
+    for copy, p in zip(params, module.parameters(), strict=True):
+        copy.grad = p.grad.clone()
+    true_norm = torch.nn.utils.clip_grad_norm_(params, 0.5)  # the reference clipping
+    assert true_norm > 0.5  # so clipping changes the gradients
+    module.on_before_optimizer_step(None)
+    assert module._grad_norm.item() == pytest.approx(true_norm.item(), rel=1e-6)
+    module.configure_gradient_clipping(None, 0.5, "norm")
+    for p, clipped in zip(module.parameters(), params, strict=True):
+        torch.testing.assert_close(p.grad, clipped.grad)
