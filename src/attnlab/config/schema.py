@@ -54,9 +54,14 @@ LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
 _TC = TransformerConfig  # schema defaults are the paper's base model, as in TransformerConfig
 
 
+# Keys of `model` that configure how the harness runs the model, not the model itself.
+HARNESS_MODEL_KEYS = ("name", "compile")
+
+
 @dataclass
 class ModelConfig:
-    """TransformerConfig minus vocab_size and pad_id, which come from the data."""
+    """TransformerConfig minus vocab_size and pad_id, which come from the data, plus the
+    harness switches HARNESS_MODEL_KEYS."""
 
     name: str = "transformer_base"
     arch: Arch = Arch(_TC.arch)
@@ -78,6 +83,9 @@ class ModelConfig:
     attn_scale: AttnScale = AttnScale(_TC.attn_scale)  # none: no 1/sqrt(d_k) (a classic bug)
     mask_source_padding: bool = _TC.mask_source_padding  # false: queries see source pads
     activation_checkpointing: bool = _TC.activation_checkpointing  # recompute layers in backward
+    # Harness switches (HARNESS_MODEL_KEYS), not TransformerConfig fields: torch.compile the
+    # model inside the LightningModule; checkpoints keep their plain keys.
+    compile: bool = False
 
 
 @dataclass

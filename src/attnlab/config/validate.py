@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.data_check import DataConfigError, check_data_config
 from attnlab.config.plain import to_plain
-from attnlab.config.schema import SyntheticDataConfig
+from attnlab.config.schema import HARNESS_MODEL_KEYS, SyntheticDataConfig
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
 from attnlab.model.config import TransformerConfig
@@ -29,6 +29,7 @@ def validate_config(cfg: DictConfig) -> None:
     model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
     _check_schedule_and_loss(cfg)
     _check_optimizer(cfg)
+    _check_precision(cfg)
     _check_run_control(cfg)
     _check_task(cfg, model.arch)
     _check_world_size(cfg)
@@ -41,7 +42,8 @@ def validate_config(cfg: DictConfig) -> None:
 def transformer_config(model: DictConfig | dict, vocab_size: int, pad_id: int) -> TransformerConfig:
     """Build (and so validate) the TransformerConfig for cfg.model; errors name `model.<key>`."""
     kwargs = dict(model) if isinstance(model, dict) else to_plain(model)
-    kwargs.pop("name", None)
+    for key in HARNESS_MODEL_KEYS:  # model.compile: the LightningModule's business
+        kwargs.pop(key, None)
     known = [k for k in TransformerConfig.__dataclass_fields__ if k not in ("vocab_size", "pad_id")]
     unknown = [k for k in kwargs if k not in known]
     if unknown:
@@ -88,11 +90,39 @@ def _check_schedule_and_loss(cfg: DictConfig) -> None:
 
 
 def _check_optimizer(cfg: DictConfig) -> None:
-    """optim.fused and optim.foreach name two implementations: at most one may be true."""
+    """optim.fused and optim.foreach name two implementations: at most one may be true; a
+    fused optimizer unscales 16-mixed's gradients inside its step, too late for clipping."""
     if cfg.optim.get("fused") and cfg.optim.get("foreach"):
         raise ValueError(
             "optim.fused=true and optim.foreach=true cannot both be set; expected at most one "
             "of them true (both null: the fastest one torch supports)"
+        )
+    if cfg.optim.get("fused") and str(cfg.trainer.get("precision")) in _FP16_MIXED:
+        raise ValueError(
+            f"optim.fused=true does not work with trainer.precision={cfg.trainer.precision} "
+            "(its gradient scaler must unscale before clipping); expected optim.fused=null or "
+            "false, or trainer.precision=bf16-mixed"
+        )
+
+
+_FP16_MIXED = ("16-mixed", "16")
+
+
+def _check_precision(cfg: DictConfig) -> None:
+    """fp16 mixed precision needs a GPU: on a CPU Lightning would train in bf16-mixed instead
+    (emulated on most CPUs, many times slower) with only a warning."""
+    precision = str(cfg.trainer.get("precision", "32-true"))
+    if precision not in _FP16_MIXED:
+        return
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    if accelerator == "auto":
+        import torch
+
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    if accelerator == "cpu":
+        raise ValueError(
+            f"trainer.precision={precision} is not supported on a CPU (Lightning would use "
+            "bf16-mixed instead); expected 32-true or bf16-mixed, or trainer.accelerator=gpu"
         )
 
 

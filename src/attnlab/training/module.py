@@ -41,7 +41,8 @@ class TransformerModule(L.LightningModule):
     scheduler: {name, warmup_steps, scale, min_lr, max_steps}; max_steps: the run's length
     (the cosine schedule's default horizon); exact_match: greedy-decode every evaluation
     batch for val/ and test/exact_match. Plain dicts, so checkpoints reload with
-    `load_from_checkpoint` alone.
+    `load_from_checkpoint` alone. compile: torch.compile the model's forward (training and
+    teacher-forced evaluation; greedy decoding stays eager), checkpoints unchanged.
 
     loss_normalize: DDP averages the ranks' gradients. With "tokens" each rank's loss is the
     mean over its own target tokens, so the average equals the global token mean only when
@@ -62,6 +63,7 @@ class TransformerModule(L.LightningModule):
         max_steps: int | None = None,
         loss_normalize: str = "tokens_global",
         exact_match: bool = True,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if loss_normalize not in LOSS_NORMALIZATIONS:
@@ -72,6 +74,8 @@ class TransformerModule(L.LightningModule):
         self.save_hyperparameters(logger=False)  # the full config is logged by train.py
         self.config = TransformerConfig(**model)
         self.model = Transformer(self.config)
+        if compile:  # in place: self.model's parameters and state_dict keys stay as they are
+            self.model.compile()
         self.pad_id, self.bos_id, self.eos_id = self.config.pad_id, bos_id, eos_id
         self.metrics = nn.ModuleDict(
             {
@@ -264,7 +268,8 @@ class TransformerModule(L.LightningModule):
         """Adam (or AdamW) with lr=1.0 and a LambdaLR whose factor is the scheduled lr; weight
         decay on matrices and embeddings only (attnlab.training.optimizer)."""
         o, s = self.hparams.optim, self.hparams.scheduler
-        optimizer = build_optimizer(self.model, o)
+        scaled = self._trainer is not None and self._grad_scaler() is not None
+        optimizer = build_optimizer(self.model, o, grad_scaler=scaled)
         max_steps = s.get("max_steps") or self.hparams.max_steps
         schedule = build_schedule(
             s["name"],

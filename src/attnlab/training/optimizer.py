@@ -42,13 +42,20 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def implementation(
-    params: list[nn.Parameter], fused: bool | None, foreach: bool | None
+    params: list[nn.Parameter],
+    fused: bool | None,
+    foreach: bool | None,
+    grad_scaler: bool = False,
 ) -> dict[str, bool]:
     """The `fused` / `foreach` keyword arguments for torch's Adam(W): as given, or (both None)
     fused=True where every parameter is a floating-point tensor on a device torch has fused
-    Adam kernels for, else nothing (torch's default)."""
+    Adam kernels for, else nothing (torch's default). Not fused under 16-mixed's GradScaler
+    (`grad_scaler`): a fused optimizer unscales inside its step, after the gradient norm is
+    logged and clipped, which Lightning refuses."""
     if fused is not None or foreach is not None:
         return {k: v for k, v in (("fused", fused), ("foreach", foreach)) if v is not None}
+    if grad_scaler:
+        return {}
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     devices = set(_get_fused_kernels_supported_devices())
@@ -57,9 +64,12 @@ def implementation(
     return {}
 
 
-def build_optimizer(model: nn.Module, optim: dict) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: nn.Module, optim: dict, grad_scaler: bool = False
+) -> torch.optim.Optimizer:
     """Adam or AdamW (optim["name"]) with lr=1.0 (a LambdaLR's factor sets the learning rate),
-    betas, eps, weight decay on decay_groups(), and the fused / foreach choice."""
+    betas, eps, weight decay on decay_groups(), and the fused / foreach choice (implementation;
+    `grad_scaler`: training under 16-mixed's GradScaler)."""
     name = optim["name"]
     raise_first([choice_problem("optim.name", name, OPTIMIZERS)])
     optimizer_cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
@@ -70,5 +80,5 @@ def build_optimizer(model: nn.Module, optim: dict) -> torch.optim.Optimizer:
         lr=1.0,
         betas=tuple(optim["betas"]),
         eps=optim["eps"],
-        **implementation(params, optim.get("fused"), optim.get("foreach")),
+        **implementation(params, optim.get("fused"), optim.get("foreach"), grad_scaler),
     )

@@ -216,6 +216,7 @@ def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
         eos_id=datamodule.eos_id,
         max_steps=cfg.trainer.max_steps,
         exact_match=exact_match_enabled(cfg),
+        compile=bool(cfg.model.get("compile", False)),
     )
 
 

@@ -1,0 +1,117 @@
+"""The harness's fast paths change results only within numerical tolerance: model.compile
+(torch.compile inside the LightningModule; checkpoints, resume and averaging unchanged),
+bf16 autocast, and fp16 refused on a CPU in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnlab.training.run import train
+
+
+def _run(compose, run_dir, *overrides: str) -> dict:
+    ovs = ["debug=tiny", "logger=none", f"paths.run_dir={run_dir}", *overrides]
+    return train(compose(ovs), ovs)
+
+
+@pytest.fixture
+def eager_backend(monkeypatch):
+    """torch.compile with the "eager" backend: dynamo captures the graphs, no code generation
+    (seconds, not a minute, on a CPU); the real backend is tested by the slow test below."""
+    original = torch.nn.Module.compile
+
+    def compile_eagerly(self, *args, **kwargs):
+        return original(self, *args, **{**kwargs, "backend": "eager"})
+
+    monkeypatch.setattr(torch.nn.Module, "compile", compile_eagerly)
+
+
+def test_compiled_model_checkpoints_resume_and_average_like_an_eager_one(
+    compose, tmp_path, eager_backend
+):
+    from attnlab.evaluation.checkpoints import load_model
+
+    run_dir = tmp_path / "run"
+    every = ["checkpoint.every_n_steps=2", "checkpoint.keep_last=3"]
+    first = _run(compose, run_dir, "model.compile=true", *every)
+    assert first["status"] == "completed" and first["steps"] == 4
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    keys = list(ckpt["state_dict"])
+    assert keys and not [k for k in keys if "_orig_mod" in k]
+    assert "compile" not in ckpt["hyper_parameters"]["model"]  # a TransformerConfig only
+
+    last = run_dir / "checkpoints" / "last.ckpt"
+    more = ["trainer.max_steps=6", f"resume={last}"]
+    resumed = _run(compose, run_dir, "model.compile=true", *every, *more)
+    assert resumed["status"] == "completed" and resumed["steps"] == 6
+
+    periodic = sorted(str(p) for p in (run_dir / "checkpoints").glob("step=*.ckpt"))
+    assert len(periodic) == 3
+    model, hparams, found = load_model(periodic)  # what attnlab-eval does: averaged
+    assert found == run_dir and not hasattr(model, "_orig_mod")
+    newest = torch.load(periodic[-1], weights_only=True)["state_dict"]
+    assert not torch.equal(model.generator.weight, newest["model.generator.weight"])
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager_within_tolerance(compose, tmp_path):
+    """torch.compile's generated kernels (inductor) against eager: the same losses after 4
+    steps up to float reordering."""
+    eager = _run(compose, tmp_path / "eager")
+    compiled = _run(compose, tmp_path / "compiled", "model.compile=true")
+    for key in ("train/loss", "val/loss", "test/loss"):
+        assert compiled["metrics"][key] == pytest.approx(eager["metrics"][key], rel=1e-4), key
+
+
+def test_bf16_autocast_changes_loss_and_gradients_only_within_tolerance():
+    """trainer.precision=bf16-mixed is autocast around the forward pass: the same model, batch
+    and loss as 32-true up to bf16 rounding."""
+    from attnlab.model import Transformer, TransformerConfig
+    from attnlab.training.losses import label_smoothed_nll
+
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=50, d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2)
+    model = Transformer(TransformerConfig(**cfg, n_decoder_layers=2, dropout=0.0))
+    src, tgt = torch.randint(4, 50, (8, 12)), torch.randint(4, 50, (8, 11))
+    results = {}
+    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
+            logits = model(src, tgt[:, :-1])
+        loss = label_smoothed_nll(logits, tgt[:, 1:], 0.1, 0)[0]
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results[name] = (loss.detach(), grads)
+    (loss32, g32), (loss16, g16) = results["fp32"], results["bf16"]
+    assert loss16.dtype == torch.float32  # the loss is computed in float32
+    assert loss16 == pytest.approx(loss32.item(), rel=1e-3) and loss16 != loss32
+    assert torch.nn.functional.cosine_similarity(g16, g32, dim=0) > 0.998
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "auto"])
+def test_fp16_mixed_on_a_cpu_is_a_one_line_error(tmp_path, capsys, accelerator, monkeypatch):
+    from attnlab.config.location import conf_dir
+    from attnlab.config.preflight import preflight
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ["trainer.precision=16-mixed", f"trainer.accelerator={accelerator}"]
+    with pytest.raises(SystemExit) as exit_info:
+        preflight([*argv, f"paths.root={tmp_path}"], conf_dir())
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "attnlab-train: error: trainer.precision=16-mixed is not supported on a CPU"
+    )
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_fused_optimizer_with_fp16_is_a_config_error(compose):
+    from attnlab.config.validate import validate_config
+
+    cfg = compose(["trainer=gpu", "trainer.precision=16-mixed", "optim.fused=true"])
+    with pytest.raises(ValueError, match=r"^optim.fused=true does not work with trainer.precisio"):
+        validate_config(cfg)
+    json.dumps(str(cfg.optim))  # the config itself composed fine
