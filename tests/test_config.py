@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from attnlab.config.plain import to_plain
-from attnlab.config.schema import ModelConfig
+from attnlab.config.schema import HARNESS_MODEL_KEYS, ModelConfig
 from attnlab.config.validate import transformer_config, validate_config
 from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model import Transformer, TransformerConfig
@@ -76,7 +76,7 @@ def test_paper_table_3_values(compose):
 def test_model_schema_defaults_are_transformer_config_defaults():
     defaults = TransformerConfig()
     for f in fields(ModelConfig):
-        if f.name != "name":
+        if f.name not in HARNESS_MODEL_KEYS:
             assert str(
                 getattr(ModelConfig, f.name, f.default).value
                 if hasattr(f.default, "value")
