@@ -1,0 +1,92 @@
+"""Section `decoding`: sentences per second of greedy decoding and beam search (beam 4, length
+penalty 0.6, Sec. 6.1), with the KV cache and without (recomputing the whole prefix at every
+step), on sentences of the configured data. The model is the configured one with its initial
+weights unless --ckpt names a trained checkpoint: an untrained model rarely emits EOS, so every
+sentence runs to its length limit (a * source length + b), which is the cost measured.
+Decoder-only models: greedy continuation of prompts (no beam search)."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.bench.context import Context
+from attnlab.bench.timing import interleave, time_block
+from attnlab.model.decoding import beam_search, generate, greedy_decode, max_output_lengths
+
+MAX_LEN_A, MAX_LEN_B = 1.0, 10  # the length limit a * source length + b
+
+
+def _sources(ctx: Context, n: int) -> torch.Tensor:
+    key = "src" if ctx.task == "seq2seq" else "tokens"
+    rows = torch.cat([b[key] for b in ctx.batches])[:n]
+    width = int(rows.ne(ctx.special_ids["pad"]).sum(dim=1).max())
+    return rows[:, :width]
+
+
+def _seq2seq_runs(ctx: Context, model, src: torch.Tensor, batch: int) -> dict:
+    ids, pad = ctx.special_ids, ctx.special_ids["pad"]
+    chunks = src.split(batch)
+
+    def greedy(cache: bool):
+        for s in chunks:
+            limits = max_output_lengths(s, pad, MAX_LEN_A, MAX_LEN_B)
+            greedy_decode(model, s, ids["bos"], ids["eos"], limits, use_cache=cache)
+
+    def beam(cache: bool):
+        for s in chunks:
+            beam_search(model, s, ids["bos"], ids["eos"], 4, 0.6, MAX_LEN_A, MAX_LEN_B, cache)
+
+    return {"greedy": greedy, "beam4": beam}
+
+
+def _lm_runs(ctx: Context, model, tokens: torch.Tensor, batch: int) -> dict:
+    prompts = tokens[:, : max(1, tokens.size(1) // 2)].split(batch)
+
+    def greedy(cache: bool):
+        for p in prompts:
+            generate(model, p, max_new_tokens=p.size(1) + MAX_LEN_B, use_cache=cache)
+
+    return {"greedy": greedy}
+
+
+def run_decoding(ctx: Context, ckpt: str | None = None, n: int | None = None) -> dict:
+    """{"greedy": {"cached": stats, "uncached": stats, "speedup"}, "beam4": {...}} with
+    sentences_per_s in each stats."""
+    model = _model(ctx, ckpt).eval()
+    src = _sources(ctx, n or (8 if ctx.quick else 64))
+    batch = min(len(src), 32)
+    runs = (_seq2seq_runs if ctx.task == "seq2seq" else _lm_runs)(ctx, model, src, batch)
+    out: dict = {
+        "sentences": len(src),
+        "batch_size": batch,
+        "weights": ckpt or "initial",
+        "max_len": f"{MAX_LEN_A} * source length + {MAX_LEN_B}",
+    }
+    for name, run in runs.items():
+        with torch.inference_mode():
+            run(True)  # warm-up
+            timing = interleave(
+                {
+                    "cached": lambda run=run: time_block(lambda: run(True), ctx.device),
+                    "uncached": lambda run=run: time_block(lambda: run(False), ctx.device),
+                },
+                ctx.repeats,
+            )
+        for stats in timing.values():
+            stats["sentences_per_s"] = len(src) / stats["median_s"]
+        out[name] = {
+            **timing,
+            "speedup": timing["uncached"]["median_s"] / timing["cached"]["median_s"],
+        }
+    if ctx.task != "seq2seq":
+        out["beam4"] = {"skipped": "beam search is for encoder-decoder models"}
+    return out
+
+
+def _model(ctx: Context, ckpt: str | None):
+    if ckpt is None:
+        return ctx.new_model()
+    from attnlab.evaluation.checkpoints import load_model
+
+    model, _, _ = load_model([ckpt])
+    return model.to(ctx.device)

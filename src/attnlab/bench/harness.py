@@ -1,0 +1,180 @@
+"""Section `harness`: what attnlab-train adds to a step, and how long it takes to start.
+
+- The full attnlab-train step (the LightningModule, its logging, the loggers, callbacks and
+  progress bar the config sets up, the data path) against a plain PyTorch loop over the same
+  model, batches, optimizer, schedule and clipping: seconds per step in the steady state (after
+  warm-up steps, no validation in the window), the blocks interleaved, and the overhead in %.
+- Launch to first step: `attnlab-train <overrides>` started as a new process, until the end of
+  its first training step (a callback added with +callbacks.bench_first_step prints the time);
+  `attnlab-train --help` likewise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from attnlab.bench.context import Context
+from attnlab.bench.timing import interleave, summarize
+from attnlab.training.losses import label_smoothed_nll
+
+MARKER = "attnlab-bench: first step at"
+
+
+class FirstStepMarker(L.Callback):
+    """Prints MARKER and the wall clock (time.time()) when the first training step ends."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == 1:
+            print(f"{MARKER} {time.time():.6f}", flush=True)
+
+
+class _StepClock(L.Callback):
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.ends.append(time.perf_counter())
+
+
+def _config(ctx: Context, steps: int, run_dir: Path):
+    cfg = ctx.cfg.copy()
+    cfg.trainer.max_steps = steps
+    cfg.trainer.val_check_interval = steps + 1  # no validation inside the timed window
+    cfg.trainer.check_val_every_n_epoch = None
+    cfg.trainer.num_sanity_val_steps = 0
+    cfg.trainer.enable_model_summary = False
+    cfg.paths.run_dir = str(run_dir)
+    return cfg
+
+
+def _lightning_block(ctx: Context, block: int) -> float:
+    """Seconds per step of attnlab-train's fit (its own builders), after the warm-up steps."""
+    from attnlab.runs.loggers import build_loggers
+    from attnlab.runs.wandb import finish_wandb
+    from attnlab.training.run import build_datamodule, build_module, build_trainer
+
+    total = ctx.warmup + ctx.steps
+    run_dir = ctx.work_dir / f"harness-{block}"
+    cfg = _config(ctx, total, run_dir)
+    L.seed_everything(cfg.seed, verbose=False)
+    datamodule = build_datamodule(cfg, run_dir)
+    module = build_module(cfg, datamodule)
+    loggers = build_loggers(cfg, run_dir, "bench")
+    trainer, _ = build_trainer(cfg, run_dir, loggers)
+    clock = _StepClock()
+    trainer.callbacks.append(clock)
+    with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
+        trainer.fit(module, datamodule=datamodule)  # the progress bar still draws, unseen
+        finish_wandb(loggers, {"status": "completed"})
+    ends = clock.ends[ctx.warmup - 1 :]
+    return (ends[-1] - ends[0]) / (len(ends) - 1)
+
+
+def harness_device(ctx: Context) -> torch.device:
+    """The device attnlab-train trains on for this config (trainer.accelerator)."""
+    accelerator = str(ctx.cfg.trainer.accelerator)
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _plain_block(ctx: Context) -> float:
+    """Seconds per step of a plain loop: the same module's model, optimizer and schedule
+    (configure_optimizers), clipping and precision, over the same data loader."""
+    from attnlab.training.run import build_datamodule, build_module
+
+    cfg = _config(ctx, ctx.warmup + ctx.steps, ctx.work_dir / "plain")
+    L.seed_everything(cfg.seed, verbose=False)
+    datamodule = build_datamodule(cfg, ctx.work_dir / "plain")
+    datamodule.setup("fit")
+    device = harness_device(ctx)
+    module = build_module(cfg, datamodule).to(device)
+    model, clip = module.model.train(), cfg.trainer.gradient_clip_val
+    optimizers = module.configure_optimizers()
+    optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
+    ends = []
+    for batch in datamodule.train_dataloader():
+        batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
+        with ctx.autocast(device):
+            logits, targets = module.logits_and_targets(batch)
+        loss = label_smoothed_nll(logits, targets, cfg.loss.label_smoothing, module.pad_id)[0]
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        ends.append(time.perf_counter())
+        if len(ends) == ctx.warmup + ctx.steps:
+            break
+    ends = ends[ctx.warmup - 1 :]
+    return (ends[-1] - ends[0]) / (len(ends) - 1)
+
+
+def _train_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "attnlab.cli.train", *args]
+
+
+def first_step_seconds(ctx: Context) -> float:
+    """Launch of `attnlab-train <overrides>` (a new process) to the end of its first step."""
+    root = ctx.work_dir / "first-step"
+    args = [
+        *ctx.overrides,
+        "+callbacks.bench_first_step._target_=attnlab.bench.harness.FirstStepMarker",
+        "trainer.max_steps=1",
+        "trainer.limit_test_batches=1",
+        "resume=never",
+        f"paths.root={root}",
+    ]
+    start = time.time()
+    proc = subprocess.run(
+        _train_command(*args), capture_output=True, text=True, cwd=root.parent, env=os.environ
+    )
+    found = re.search(re.escape(MARKER) + r" ([0-9.]+)", proc.stdout)  # after a \r progress bar
+    if found:
+        return float(found.group(1)) - start
+    raise RuntimeError(f"attnlab-train did not reach its first step: {proc.stderr[-2000:]}")
+
+
+def help_seconds() -> float:
+    start = time.perf_counter()
+    subprocess.run(_train_command("--help"), capture_output=True, check=True)
+    return time.perf_counter() - start
+
+
+def run_harness(ctx: Context) -> dict:
+    """{"attnlab_train": stats, "plain_loop": stats, "overhead_pct", "first_step_s", "help_s"}."""
+    for name in ("lightning.pytorch", "lightning.fabric"):  # no banner per timing block
+        logging.getLogger(name).setLevel(logging.WARNING)
+    blocks = {"attnlab_train": 0}
+
+    def lightning() -> float:
+        blocks["attnlab_train"] += 1
+        return _lightning_block(ctx, blocks["attnlab_train"])
+
+    timing = interleave(
+        {"attnlab_train": lightning, "plain_loop": lambda: _plain_block(ctx)}, ctx.repeats
+    )
+    overhead = 100.0 * (timing["attnlab_train"]["median_s"] / timing["plain_loop"]["median_s"] - 1)
+    launches = 1 if ctx.quick else 3
+    first = [first_step_seconds(ctx) for _ in range(launches)]
+    helps = [help_seconds() for _ in range(launches)]
+    return {
+        **timing,
+        "overhead_pct": overhead,
+        "first_step_s": summarize(first)["median_s"],
+        "help_s": summarize(helps)["median_s"],
+        "steps_per_repeat": ctx.steps,
+    }

@@ -1,0 +1,167 @@
+"""Sections `vs_torch_nn` (attnlab's training step against torch.nn.Transformer's, eager and
+compiled; with the FLOP rate and, on a GPU, MFU) and `memory` (activation checkpointing).
+
+A training step is what a plain loop does: zero the gradients, forward (under the configured
+precision's autocast), label-smoothed loss, backward, optimizer step, with the same optimizer
+(attnlab.training.optimizer: fused Adam where torch has it) for both contenders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from attnlab.bench.context import Context
+from attnlab.bench.flops import gpu_peak_tflops, training_flops
+from attnlab.bench.memory import peak_bytes
+from attnlab.bench.timing import interleave, ratio, time_block
+from attnlab.bench.torch_nn import TorchNNTransformer, unsupported
+from attnlab.config.plain import to_plain
+from attnlab.training.losses import label_smoothed_nll
+from attnlab.training.optimizer import build_optimizer
+
+
+class Stepper:
+    """Training steps of one model on the context's batches."""
+
+    def __init__(self, ctx: Context, model: nn.Module):
+        self.ctx, self.model = ctx, model.train()
+        self.optimizer = build_optimizer(model, to_plain(ctx.cfg.optim))
+        for group in self.optimizer.param_groups:
+            group["lr"] = 1e-4  # small and constant: the timing does not depend on it
+
+    def step(self, batch: dict) -> None:
+        ctx = self.ctx
+        self.optimizer.zero_grad(set_to_none=True)
+        with ctx.autocast():
+            if ctx.task == "seq2seq":
+                logits, targets = self.model(batch["src"], batch["tgt_in"]), batch["tgt_out"]
+            else:
+                logits, targets = self.model(batch["tokens"]), batch["targets"]
+        loss = label_smoothed_nll(logits, targets, 0.1, ctx.special_ids["pad"])[0]
+        loss.backward()
+        self.optimizer.step()
+
+    def block(self, steps: int) -> Callable[[], float]:
+        """A timing block: `steps` steps over the cycled batches; returns seconds per step."""
+        batches = self.ctx.step_batches(steps)
+
+        def run() -> float:
+            return time_block(lambda: [self.step(b) for b in batches], self.ctx.device) / steps
+
+        return run
+
+    def warm_up(self) -> None:
+        """Every batch shape once (compiles them all, when compiled), then the warm-up steps."""
+        for batch in self.ctx.batches:
+            self.step(batch)
+        for batch in self.ctx.step_batches(self.ctx.warmup):
+            self.step(batch)
+
+
+def _per_step(ctx: Context) -> tuple[float, float]:
+    """Mean target tokens and model FLOPs per step over the cycled batches."""
+    batches = ctx.batches
+    tokens = sum(ctx.target_tokens(b) for b in batches) / len(batches)
+    pad = ctx.special_ids["pad"]
+    flops = sum(training_flops(ctx.model_config, b, pad) for b in batches) / len(batches)
+    return tokens, flops
+
+
+def _compare(ctx: Context, models: dict[str, nn.Module]) -> dict:
+    steppers = {name: Stepper(ctx, model) for name, model in models.items()}
+    for stepper in steppers.values():
+        stepper.warm_up()
+    timing = interleave({n: s.block(ctx.steps) for n, s in steppers.items()}, ctx.repeats)
+    tokens, flops = _per_step(ctx)
+    for stats in timing.values():
+        stats["tokens_per_s"] = tokens / stats["median_s"]
+        stats["tflops"] = flops / stats["median_s"] / 1e12
+    return timing
+
+
+def _compiled(model: nn.Module) -> nn.Module:
+    model.compile()  # in place: the state dict keeps its keys
+    return model
+
+
+def run_vs_torch_nn(ctx: Context, compile_mode: str) -> dict:
+    """{size: {"eager": {...}, "compiled": {...}}} with each contender's median seconds per
+    step, spread, tokens/s and TFLOP/s, their parameter counts and the ratio torch_nn / attnlab
+    (above 1: attnlab is faster)."""
+    reason = unsupported(ctx.model_config)
+    if reason:
+        return {"skipped": reason}
+    tokens, flops = _per_step(ctx)
+    result: dict = {
+        "parameters": {
+            "attnlab": ctx.new_model().num_parameters(),
+            "torch_nn": TorchNNTransformer(ctx.model_config).num_parameters(),
+        },
+        "tokens_per_step": tokens,
+        "flops_per_step": flops,
+    }
+    modes = {"off": ["eager"], "on": ["compiled"], "both": ["eager", "compiled"]}[compile_mode]
+    for mode in modes:
+        wrap = _compiled if mode == "compiled" else (lambda m: m)
+        models = {
+            "attnlab": wrap(ctx.new_model()),
+            "torch_nn": wrap(TorchNNTransformer(ctx.model_config).to(ctx.device)),
+        }
+        try:
+            timing = _compare(ctx, models)
+        except Exception as err:  # torch.compile needs a working compiler toolchain
+            if mode != "compiled":
+                raise
+            result[mode] = {"skipped": f"torch.compile failed: {type(err).__name__}: {err}"[:300]}
+            continue
+        result[mode] = {**timing, "ratio": ratio(timing["torch_nn"], timing["attnlab"])}
+    return {ctx.size_name(): result}
+
+
+def mfu(ctx: Context, vs_torch_nn: dict) -> dict:
+    """Model FLOPs utilisation of attnlab's step (compiled if measured, else eager) over the
+    device's peak for the training precision; on a CPU, or a GPU not in the table, the achieved
+    TFLOP/s only. Peak memory of a training step, too."""
+    size = vs_torch_nn.get(ctx.size_name(), {})
+    mode = "compiled" if "attnlab" in size.get("compiled", {}) else "eager"
+    stats = size.get(mode, {}).get("attnlab")
+    if stats is None:
+        return {"skipped": "needs the vs_torch_nn section's attnlab timing"}
+    out = {"mode": mode, "precision": ctx.precision, "achieved_tflops": stats["tflops"]}
+    if ctx.device.type != "cuda":
+        return {**out, "device": "cpu", "mfu": None, "reason": "MFU is reported on a GPU"}
+    name = torch.cuda.get_device_name(ctx.device)
+    peak = gpu_peak_tflops(name, ctx.precision)
+    stepper = Stepper(ctx, _compiled(ctx.new_model()) if mode == "compiled" else ctx.new_model())
+    stepper.warm_up()
+    memory = peak_bytes(lambda: stepper.step(ctx.batches[0]), ctx.device)
+    return {
+        **out,
+        "device": name,
+        "peak_tflops": peak,
+        "mfu": stats["tflops"] / peak if peak else None,
+        "peak_memory_bytes": memory,
+    }
+
+
+def run_memory(ctx: Context) -> dict:
+    """Peak memory of one training step (after a warm-up, so the optimizer state exists) with
+    activation checkpointing off and on, the saving, and what the recomputation costs in time."""
+    steppers = {
+        "off": Stepper(ctx, ctx.new_model(activation_checkpointing=False)),
+        "on": Stepper(ctx, ctx.new_model(activation_checkpointing=True)),
+    }
+    batch = max(ctx.batches, key=lambda b: sum(t.numel() for t in b.values()))
+    result: dict = {"batch_shapes": {k: list(v.shape) for k, v in batch.items()}}
+    for name, stepper in steppers.items():
+        stepper.warm_up()
+        result[name] = {"peak_bytes": peak_bytes(lambda s=stepper: s.step(batch), ctx.device)}
+    timing = interleave({n: s.block(ctx.steps) for n, s in steppers.items()}, ctx.repeats)
+    for name in steppers:
+        result[name].update(timing[name])
+    off, on = result["off"]["peak_bytes"], result["on"]["peak_bytes"]
+    result["saving_pct"] = 100.0 * (off - on) / off if off else 0.0
+    result["time_cost_pct"] = 100.0 * (ratio(timing["on"], timing["off"]) - 1)
+    return {"activation_checkpointing": result}

@@ -1,0 +1,128 @@
+"""attnlab-bench runs and writes sane figures (the figures themselves come from the command,
+not from tests); its FLOP formula is the FLOPs the model executes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnlab.bench.flops import forward_flops, gpu_peak_tflops
+from attnlab.model import Transformer, TransformerConfig
+
+
+def _positive(x) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def _timing(stats: dict) -> None:
+    assert _positive(stats["median_s"]) and stats["min_s"] <= stats["median_s"] <= stats["max_s"]
+    assert stats["repeats"] >= 1 and stats["spread_pct"] >= 0
+
+
+def test_quick_bench_writes_every_section(tmp_path):
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "attnlab.bench", "--quick", "debug=tiny", "logger=none"]
+    proc = subprocess.run(
+        [*cmd, "--json", str(out)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["machine"]["device"] == "cpu" and len(r["machine"]["load_average"]) == 3
+    assert "training step, attnlab vs torch.nn.Transformer" in proc.stdout
+
+    (size,) = r["vs_torch_nn"]  # one size: the configured model
+    assert size == r["config"]["size"] == "d32-1+1"
+    vs = r["vs_torch_nn"][size]
+    assert vs["parameters"]["attnlab"] == vs["parameters"]["torch_nn"]
+    for name in ("attnlab", "torch_nn"):
+        _timing(vs["eager"][name])
+        assert _positive(vs["eager"][name]["tokens_per_s"])
+    assert _positive(vs["eager"]["ratio"]) and "compiled" not in vs  # --quick: eager only
+    assert r["mfu"]["mfu"] is None and _positive(r["mfu"]["achieved_tflops"])
+
+    h = r["harness"]
+    _timing(h["attnlab_train"]), _timing(h["plain_loop"])
+    assert math.isfinite(h["overhead_pct"]) and 0 < h["first_step_s"] < 300 and h["help_s"] > 0
+
+    att = r["attention"]
+    assert list(att["lengths"]) == ["128", "256"] and att["dtype"] == "float32"
+    for length in att["lengths"].values():
+        # the reference path holds (T, T) weights, the fused one does not: more memory
+        assert length["reference"]["peak_bytes"] > length["fused"]["peak_bytes"] > 0
+        _timing(length["fused"])
+
+    dec = r["decoding"]
+    for search in ("greedy", "beam4"):
+        for cache in ("cached", "uncached"):
+            assert _positive(dec[search][cache]["sentences_per_s"])
+
+    ac = r["memory"]["activation_checkpointing"]
+    assert 0 < ac["on"]["peak_bytes"] < ac["off"]["peak_bytes"] and ac["saving_pct"] > 0
+
+
+def test_a_bad_override_is_one_line_and_exit_2():
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.bench", "model.n_head=3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("attnlab-bench: error: model.n_head is not a key of model")
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_flop_formula_counts_what_the_model_computes(arch):
+    """torch's FLOP counter over the reference attention path (explicit matmuls) equals the
+    formula, except that the counter also counts the causal mask's hidden half."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = TransformerConfig(
+        vocab_size=50,
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        n_encoder_layers=2,
+        n_decoder_layers=3,
+        dropout=0.0,
+        arch=arch,
+    )
+    model = Transformer(cfg)
+    b, s, t = 3, 7, 5
+    src, tgt = torch.randint(4, 50, (b, s)), torch.randint(4, 50, (b, t))
+    with model.record_attention(), FlopCounterMode(display=False) as counter:
+        model(src, tgt) if arch == "encoder_decoder" else model(tgt)
+    batch = {"src": src, "tgt_in": tgt} if arch == "encoder_decoder" else {"tokens": tgt}
+    hidden = cfg.n_decoder_layers * b * (4 * 64 * t * t - 2 * 64 * t * (t + 1))
+    assert forward_flops(cfg, batch, pad_id=0) + hidden == counter.get_total_flops()
+
+
+def test_padding_adds_no_flops():
+    cfg = TransformerConfig(vocab_size=50, d_model=64, n_heads=4, d_ff=128)
+    src, tgt = torch.randint(4, 50, (2, 6)), torch.randint(4, 50, (2, 5))
+    padded = {
+        "src": torch.nn.functional.pad(src, (0, 3)),
+        "tgt_in": torch.nn.functional.pad(tgt, (0, 2)),
+    }
+    assert forward_flops(cfg, padded, 0) == forward_flops(cfg, {"src": src, "tgt_in": tgt}, 0)
+
+
+def test_gpu_peaks_are_looked_up_by_device_name():
+    assert gpu_peak_tflops("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989.0
+    assert gpu_peak_tflops("NVIDIA H100 PCIe", "bf16-mixed") == 756.0
+    assert gpu_peak_tflops("NVIDIA H200", "32-true") == 67.0
+    assert gpu_peak_tflops("NVIDIA A100-SXM4-80GB", "bf16-mixed") == 312.0
+    assert gpu_peak_tflops("NVIDIA A10", "bf16-mixed") == 125.0
+    assert gpu_peak_tflops("NVIDIA A10G", "bf16-mixed") is None  # not an A10
+    assert gpu_peak_tflops("NVIDIA L4", "bf16-mixed") == 121.0
+    assert gpu_peak_tflops("Tesla V100-SXM2-16GB", "bf16-mixed") is None  # no bf16
+    assert gpu_peak_tflops("Some Future GPU", "bf16-mixed") is None
