@@ -130,3 +130,25 @@ def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
     module.configure_gradient_clipping(None, 0.5, "norm")
     for p, clipped in zip(module.parameters(), params, strict=True):
         torch.testing.assert_close(p.grad, clipped.grad)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_the_one_pass_loss_equals_torch_cross_entropy(label_smoothing):
+    """loss and nll from one log-softmax equal F.cross_entropy's (smoothed and plain), values
+    and gradients, pads ignored."""
+    from attnlab.training.losses import label_smoothed_nll
+
+    torch.manual_seed(0)
+    logits = torch.randn(4, 9, 50, requires_grad=True)
+    targets = torch.randint(1, 50, (4, 9))
+    targets[0, 5:] = 0
+    loss, nll, n = label_smoothed_nll(logits, targets, label_smoothing, 0)
+    flat = (logits.reshape(-1, 50), targets.reshape(-1))
+    ce = torch.nn.functional.cross_entropy
+    ref = ce(*flat, ignore_index=0, label_smoothing=label_smoothing, reduction="sum") / 32
+    ref_nll = ce(*flat, ignore_index=0, reduction="sum") / 32
+    assert n == 32 and loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-6)
+    (grad,) = torch.autograd.grad(loss, logits)
+    (ref_grad,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(grad, ref_grad)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -13,23 +12,20 @@ def label_smoothed_nll(
     """Token-level losses of logits (B, T, V) against targets (B, T), PAD positions ignored.
 
     Returns (loss, nll, n_tokens): `loss` is the smoothed objective, the cross-entropy against
-    (1 - eps) * one_hot(y) + eps / V, averaged over non-PAD tokens; `nll` the plain negative
-    log-likelihood (exp(nll) is the perplexity); n_tokens the number of non-PAD targets.
+    (1 - eps) * one_hot(y) + eps / V, i.e. per token (1 - eps) * (-log p_y) + eps * mean_v
+    (-log p_v), averaged over non-PAD tokens (F.cross_entropy's label_smoothing); `nll` the plain
+    negative log-likelihood (exp(nll) is the perplexity), from the same log-softmax (one pass
+    over the vocabulary, not two); n_tokens the number of non-PAD targets.
     """
-    flat_logits = logits.reshape(-1, logits.size(-1)).float()
+    logp = torch.log_softmax(logits.reshape(-1, logits.size(-1)).float(), dim=-1)  # (N, V)
     flat_targets = targets.reshape(-1)
-    n_tokens = (flat_targets != pad_id).sum()
+    real = flat_targets != pad_id
+    n_tokens = real.sum()
     denom = n_tokens.clamp(min=1)
-    loss = (
-        F.cross_entropy(
-            flat_logits,
-            flat_targets,
-            ignore_index=pad_id,
-            label_smoothing=label_smoothing,
-            reduction="sum",
-        )
-        / denom
-    )
-    with torch.no_grad():
-        nll = F.cross_entropy(flat_logits, flat_targets, ignore_index=pad_id, reduction="sum")
-    return loss, nll / denom, n_tokens
+    token_nll = -logp.gather(1, flat_targets.unsqueeze(1)).squeeze(1)  # (N,)
+    per_token = token_nll
+    if label_smoothing:
+        per_token = (1.0 - label_smoothing) * token_nll - label_smoothing * logp.mean(dim=-1)
+    loss = torch.where(real, per_token, 0.0).sum() / denom
+    nll = torch.where(real, token_nll.detach(), 0.0).sum() / denom
+    return loss, nll, n_tokens
