@@ -130,14 +130,13 @@ def mfu(section: dict) -> str:
     if "skipped" in section:
         return f"MFU: skipped ({section['skipped']})"
     line = f"{section['achieved_tflops']:.4g} TFLOP/s achieved"
-    line += f" ({section['mode']}, {section['precision']})"
+    line += f" ({section['mode']}, {section['precision']}, {section['tokens_per_s']:.0f} tokens/s)"
     if section.get("mfu") is not None:
-        line += (
-            f" on {section['device']}: MFU {100 * section['mfu']:.1f}% of "
-            f"{section['peak_tflops']:g} TFLOP/s; peak memory {_mib(section['peak_memory_bytes'])}"
-        )
+        line += f" on {section['device']}: MFU {100 * section['mfu']:.1f}% of "
+        line += f"{section['peak_tflops']:g} TFLOP/s"
     elif section.get("reason"):
         line += f"; {section['reason']}"
+    line += f"; peak memory of a step {_mib(section['peak_memory_bytes'])}"
     return "model FLOPs utilisation: " + line
 
 

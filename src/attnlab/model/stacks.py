@@ -34,8 +34,11 @@ def _absolute_positions(cfg: TransformerConfig) -> nn.Module | None:
 def source_key_mask(padding_mask: Tensor | None, mask_padding: bool) -> Tensor | None:
     """The key padding mask (B, S) that attention over the source needs, or None: when pads may
     be attended to (mask_source_padding=False) or the batch has none. None lets attention take
-    its fused kernels; deciding here costs one host sync per forward, not one per layer."""
-    if padding_mask is None or not mask_padding or not bool(padding_mask.any()):
+    its fused kernels; deciding here costs one host sync per forward, not one per layer. Under
+    torch.compile the mask is always passed (a host sync would break the graph in two)."""
+    if padding_mask is None or not mask_padding:
+        return None
+    if not torch.compiler.is_compiling() and not bool(padding_mask.any()):
         return None
     return padding_mask
 

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The GPU battery (issue 13, docs/benchmark.md): on one lent H100 / H200, in steps that each end
+# well inside the device tool's 10-minute limit per command, about 35 minutes of device time.
+#
+# Here, on the development machine (it has the network), once:
+#     scripts/gpu_battery.sh prepare     # hydra-core wheels into .whl/, Multi30k into .battery/
+# There, one `run` per step, each carrying .whl and .battery, the machine kept warm in between
+# (a machine is held 30 minutes at most, so run multi30k first, on a fresh machine):
+#     scripts/gpu_battery.sh multi30k    # experiment=multi30k, 9 minutes a call: repeat the call
+#                                        # until it says "completed"; test_2016 BLEU, wall time
+#     scripts/gpu_battery.sh bench       # the paper's base model, ~25k tokens a batch, bf16,
+#                                        # eager and compiled: tokens/s, MFU, peak memory, the
+#                                        # ratio to torch.nn.Transformer; activation checkpointing
+#     scripts/gpu_battery.sh attention   # attention 128..8192, fused against reference memory
+# Each step writes battery-<step>.json / .log into $OUT (the device tool brings $OUT back).
+# W&B is not used there (nothing can be reached from the machine): runs log to metrics.csv.
+#
+# DRY_RUN=1 scripts/gpu_battery.sh <step> runs the same commands on a CPU with tiny sizes: it
+# checks the wiring (overrides, resumption, files written), not the figures. EXTRA_OVERRIDES
+# adds Hydra overrides to every step; STEP_SECONDS is one multi30k call's budget (540).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-battery-out}
+mkdir -p "$OUT"
+DRY_RUN=${DRY_RUN:-0}
+PY=${PYTHON:-python3}
+
+# The paper's base model (Table 3: d_model 512, 6+6 layers, 8 heads, d_ff 2048, a shared
+# vocabulary of 37000) on batches of 960 sentence pairs of 25 + 26 tokens: ~25k source and
+# ~25k target tokens a step (Sec. 5.1), from the synthetic copy task (no data to carry).
+BASE=(model=transformer_base data=copy data.n_symbols=36996 "data.train_len=[25,25]"
+      "data.eval_len=[25,25]" data.batch_size=960 trainer=gpu trainer.precision=bf16-mixed
+      torch_threads=null logger=none)
+BENCH=(--steps 10 --repeats 5)
+MULTI30K=(experiment=multi30k data.root=.battery/multi30k logger=csv paths.root=outputs/battery)
+STEP_SECONDS=${STEP_SECONDS:-540}
+if [[ $DRY_RUN == 1 ]]; then
+  BASE=(debug=tiny data=copy data.n_symbols=60 "data.train_len=[6,6]" data.batch_size=8
+        trainer.precision=32-true logger=none)
+  BENCH=(--quick)
+  MULTI30K+=(trainer=cpu trainer.max_steps=6 trainer.val_check_interval=3 data.vocab_size=400
+             data.max_tokens=400 model.d_model=32 model.d_ff=64 model.n_heads=2
+             model.n_encoder_layers=1 model.n_decoder_layers=1 checkpoint.every_n_steps=3
+             callbacks.translation_quality.val_subset=8 trainer.limit_val_batches=2
+             trainer.limit_test_batches=2)
+  STEP_SECONDS=${STEP_SECONDS_DRY:-300}
+fi
+read -ra EXTRA <<< "${EXTRA_OVERRIDES:-}"  # e.g. EXTRA_OVERRIDES="seed=2": added to every step
+BASE+=("${EXTRA[@]}")
+MULTI30K+=("${EXTRA[@]}")
+
+prepare() {  # here, with the network: what the machine there lacks
+  local versions=()
+  for pkg in hydra-core omegaconf antlr4-python3-runtime; do
+    versions+=("$pkg==$($PY -m pip show "$pkg" | sed -n 's/^Version: //p')")
+  done
+  rm -rf .whl && mkdir -p .whl .battery
+  # antlr4-python3-runtime 4.9.3 (what omegaconf 2.3 needs) is published as a source archive
+  # only: build its pure-Python wheel here.
+  $PY -m pip wheel -q --no-deps -w .whl "${versions[@]}"
+  rm -rf .battery/multi30k  # .whl/ and .battery/ are git-ignored
+  cp -r --no-preserve=mode "${DATA:-../shared/data/multi30k}" .battery/
+  ls -l .whl .battery/multi30k
+}
+
+setup() {  # there: install the carried wheels beside the image's torch and Lightning
+  if [[ $DRY_RUN != 1 ]]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/battery-gpu.txt"
+  fi
+  export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WANDB_MODE=disabled
+  $PY -c "import torch, hydra, lightning; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+}
+
+bench() {
+  $PY -m attnlab.bench --vs-torch-nn --memory --compile both "${BENCH[@]}" "${BASE[@]}" \
+    --json "$OUT/battery-bench.json" 2>&1 | tee "$OUT/battery-bench.log"
+}
+
+attention() {
+  $PY -m attnlab.bench --attention "${BENCH[@]}" "${BASE[@]}" \
+    --json "$OUT/battery-attention.json" 2>&1 | tee "$OUT/battery-attention.log"
+}
+
+multi30k() {
+  # One call trains for STEP_SECONDS, then SIGTERM: the run checkpoints and stops
+  # ("interrupted", exit 4); the next call's resume=auto continues it where it stopped.
+  local code=0
+  timeout --preserve-status -s TERM -k 60 "$STEP_SECONDS" $PY -m attnlab.cli.train "${MULTI30K[@]}" \
+    >> "$OUT/battery-multi30k.log" 2>&1 || code=$?
+  tail -c 3000 "$OUT/battery-multi30k.log" | tr '\r' '\n' | tail -n 5
+  $PY - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+(record,) = sorted(Path("outputs/battery/multi30k").glob("*/results.json"))[-1:] or [None]
+if record is None:
+    sys.exit("multi30k: no run directory yet")
+r = json.loads(record.read_text())
+m = r.get("metrics", {})
+keep = {k: m.get(k) for k in ("test/bleu", "test/chrf", "test/loss", "val/bleu", "train/tokens_per_sec")}
+summary = {"status": r["status"], "steps": r.get("steps"), "wall_time_s": r.get("wall_time_s"), **keep}
+(out / "battery-multi30k.json").write_text(json.dumps(summary, indent=2) + "\n")
+print("multi30k:", json.dumps(summary))
+PY
+  return $(( code == 4 ? 0 : code ))  # interrupted by the time budget: call again
+}
+
+step=${1:?usage: scripts/gpu_battery.sh prepare|bench|attention|multi30k}
+case $step in
+  prepare) prepare ;;
+  bench|attention|multi30k) setup; $step ;;
+  *) echo "gpu_battery.sh: unknown step '$step'; expected prepare, bench, attention or multi30k" >&2; exit 2 ;;
+esac
