@@ -24,7 +24,7 @@ import lightning as L
 import torch
 
 from attnlab.bench.context import Context
-from attnlab.bench.timing import interleave, summarize
+from attnlab.bench.timing import interleave, summarize, synchronize
 from attnlab.training.losses import label_smoothed_nll
 
 MARKER = "attnlab-bench: first step at"
@@ -39,11 +39,18 @@ class FirstStepMarker(L.Callback):
 
 
 class _StepClock(L.Callback):
-    def __init__(self) -> None:
-        self.ends: list[float] = []
+    """The wall clock at the end of the warm-up and of the last step (queued GPU work done)."""
+
+    def __init__(self, warmup: int, total: int) -> None:
+        self.marks, self.at = [], (warmup, total)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.ends.append(time.perf_counter())
+        if trainer.global_step in self.at:
+            synchronize(pl_module.device)
+            self.marks.append(time.perf_counter())
+
+    def per_step(self) -> float:
+        return (self.marks[1] - self.marks[0]) / (self.at[1] - self.at[0])
 
 
 def _config(ctx: Context, steps: int, run_dir: Path):
@@ -71,13 +78,12 @@ def _lightning_block(ctx: Context, block: int) -> float:
     module = build_module(cfg, datamodule)
     loggers = build_loggers(cfg, run_dir, "bench")
     trainer, _ = build_trainer(cfg, run_dir, loggers)
-    clock = _StepClock()
+    clock = _StepClock(ctx.warmup, total)
     trainer.callbacks.append(clock)
     with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
         trainer.fit(module, datamodule=datamodule)  # the progress bar still draws, unseen
         finish_wandb(loggers, {"status": "completed"})
-    ends = clock.ends[ctx.warmup - 1 :]
-    return (ends[-1] - ends[0]) / (len(ends) - 1)
+    return clock.per_step()
 
 
 def harness_device(ctx: Context) -> torch.device:
@@ -102,7 +108,7 @@ def _plain_block(ctx: Context) -> float:
     model, clip = module.model.train(), cfg.trainer.gradient_clip_val
     optimizers = module.configure_optimizers()
     optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
-    ends = []
+    step, marks = 0, []
     for batch in datamodule.train_dataloader():
         batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
         with ctx.autocast(device):
@@ -114,13 +120,13 @@ def _plain_block(ctx: Context) -> float:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        ends.append(time.perf_counter())
-        if len(ends) == ctx.warmup + ctx.steps:
+        step += 1
+        if step in (ctx.warmup, ctx.warmup + ctx.steps):
+            synchronize(device)
+            marks.append(time.perf_counter())
+        if step == ctx.warmup + ctx.steps:
             break
-    ends = ends[ctx.warmup - 1 :]
-    return (ends[-1] - ends[0]) / (len(ends) - 1)
+    return (marks[1] - marks[0]) / ctx.steps
 
 
 def _train_command(*args: str) -> list[str]:
