@@ -12,6 +12,7 @@
 #                                        # eager and compiled: tokens/s, MFU, peak memory, the
 #                                        # ratio to torch.nn.Transformer; activation checkpointing
 #     scripts/gpu_battery.sh attention   # attention 128..8192, fused against reference memory
+#     scripts/gpu_battery.sh tests       # the tests marked gpu (mixed precision on a GPU)
 # Each step writes battery-<step>.json / .log into $OUT (the device tool brings $OUT back).
 # W&B is not used there (nothing can be reached from the machine): runs log to metrics.csv.
 #
@@ -84,6 +85,10 @@ attention() {
     --json "$OUT/battery-attention.json" 2>&1 | tee "$OUT/battery-attention.log"
 }
 
+tests() {
+  $PY -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tee "$OUT/battery-tests.log"
+}
+
 multi30k() {
   # One call trains for STEP_SECONDS, then SIGTERM: the run checkpoints and stops
   # ("interrupted", exit 4); the next call's resume=auto continues it where it stopped.
@@ -108,9 +113,9 @@ PY
   return $(( code == 4 ? 0 : code ))  # interrupted by the time budget: call again
 }
 
-step=${1:?usage: scripts/gpu_battery.sh prepare|bench|attention|multi30k}
+step=${1:?usage: scripts/gpu_battery.sh prepare|multi30k|bench|attention|tests}
 case $step in
   prepare) prepare ;;
-  bench|attention|multi30k) setup; $step ;;
-  *) echo "gpu_battery.sh: unknown step '$step'; expected prepare, bench, attention or multi30k" >&2; exit 2 ;;
+  bench|attention|multi30k|tests) setup; $step ;;
+  *) echo "gpu_battery.sh: unknown step '$step'; expected prepare, multi30k, bench, attention or tests" >&2; exit 2 ;;
 esac

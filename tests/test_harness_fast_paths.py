@@ -115,3 +115,17 @@ def test_fused_optimizer_with_fp16_is_a_config_error(compose):
     with pytest.raises(ValueError, match=r"^optim.fused=true does not work with trainer.precisio"):
         validate_config(cfg)
     json.dumps(str(cfg.optim))  # the config itself composed fine
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_mixed_precision_on_a_gpu_trains_like_32_true(compose, tmp_path, precision):
+    """On a GPU both mixed precisions train (16-mixed with its GradScaler and the non-fused
+    optimizer) to the loss of 32-true within mixed-precision tolerance."""
+    gpu = ["trainer=gpu", "trainer.max_steps=20", "trainer.val_check_interval=10"]
+    full = _run(compose, tmp_path / "fp32", *gpu)
+    mixed = _run(compose, tmp_path / precision, *gpu, f"trainer.precision={precision}")
+    assert mixed["status"] == "completed"
+    for key in ("train/loss", "val/loss"):
+        assert mixed["metrics"][key] == pytest.approx(full["metrics"][key], rel=0.05), key
