@@ -8,6 +8,7 @@ Decoder-only models: greedy continuation of prompts (no beam search)."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from attnlab.bench.context import Context
 from attnlab.bench.timing import interleave, time_block
@@ -17,10 +18,13 @@ MAX_LEN_A, MAX_LEN_B = 1.0, 10  # the length limit a * source length + b
 
 
 def _sources(ctx: Context, n: int) -> torch.Tensor:
-    key = "src" if ctx.task == "seq2seq" else "tokens"
-    rows = torch.cat([b[key] for b in ctx.batches])[:n]
-    width = int(rows.ne(ctx.special_ids["pad"]).sum(dim=1).max())
-    return rows[:, :width]
+    """The first `n` source rows of the batches (prompts for decoder-only), right-padded to
+    one width."""
+    key, pad = ("src" if ctx.task == "seq2seq" else "tokens"), ctx.special_ids["pad"]
+    width = max(b[key].size(1) for b in ctx.batches)
+    padded = [F.pad(b[key], (0, width - b[key].size(1)), value=pad) for b in ctx.batches]
+    rows = torch.cat(padded)[:n]
+    return rows[:, : int(rows.ne(pad).sum(dim=1).max())]
 
 
 def _seq2seq_runs(ctx: Context, model, src: torch.Tensor, batch: int) -> dict:
