@@ -170,10 +170,19 @@ class WandbConfig:
 
 
 @dataclass
+class TensorBoardConfig:
+    """lightning TensorBoardLogger: event files in <run_dir>/<subdir> (needs attnlab[tensorboard])."""
+
+    subdir: str = "tensorboard"
+
+
+@dataclass
 class LoggerConfig:
-    """Loggers besides the CSV one (metrics.csv is always written)."""
+    """Loggers besides the CSV one (metrics.csv is always written); several at once with
+    logger=[wandb,tensorboard]."""
 
     wandb: WandbConfig | None = None
+    tensorboard: TensorBoardConfig | None = None
 
 
 @dataclass
