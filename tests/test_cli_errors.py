@@ -37,6 +37,9 @@ BAD = [
     ("model.d_model=abc", "model.d_model='abc' is not valid; expected an integer"),
     ("model.fooo=1", "model.fooo is not a key of model; expected one of: name, arch, d_model"),
     ("data.train_len=[5,2]", "data.train_len=[5, 2] is not valid"),
+    ("trainer.fast_dev_rn=1", "trainer.fast_dev_rn is not a key of trainer; did you mean "
+     "trainer.fast_dev_run?"),
+    ("trainer.logger=x", "trainer.logger is set by attnlab-train; use logger="),
 ]
 
 

@@ -10,6 +10,7 @@ any error into e.g.
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import attnlab.config.schema  # noqa: F401 (registers the schemas in Hydra's ConfigStore)
 from attnlab.config.data_check import DataConfigError
+from attnlab.config.trainer_schema import ATTNLAB_SETS
 from attnlab.config.validate import validate_config
 
 # Flags after which Hydra prints something instead of running: nothing to check.
@@ -98,15 +100,24 @@ def _describe_omegaconf(err: OmegaConfBaseException, outer: BaseException) -> st
         expected = kind.get(converted.group(1), converted.group(1))
         return f"{key}={value!r} is not valid; expected {expected}"
     if re.match(r"Key '.*' not in '.*'$", msg):
-        where = key.rpartition(".")[0] or "the config"
-        parent = getattr(err, "parent_node", None)
-        known = [k for k in parent.keys() if k != "hydra"] if OmegaConf.is_dict(parent) else []
-        line = f"{key} is not a key of {where}"
-        if known:
-            line += f"; expected one of: {', '.join(map(str, known))}"
-        append = re.search(r"use (\+\S+)", str(outer))
-        return line + (f" (to add a new key use {append.group(1)})" if append else "")
+        return _unknown_key(key, getattr(err, "parent_node", None), outer)
     return f"{key}: {msg}"
+
+
+def _unknown_key(key: str, parent, outer: BaseException) -> str:
+    """'trainer.fast_dev_rn is not a key of trainer; did you mean trainer.fast_dev_run? ...'"""
+    where, _, name = key.rpartition(".")
+    if where == "trainer" and name in ATTNLAB_SETS:
+        return f"{key} is set by attnlab-train; use {ATTNLAB_SETS[name]}"
+    known = [str(k) for k in parent.keys() if k != "hydra"] if OmegaConf.is_dict(parent) else []
+    line = f"{key} is not a key of {where or 'the config'}"
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"{line}; did you mean {where + '.' if where else ''}{close[0]}?"
+    if known:
+        line += f"; expected one of: {', '.join(known)}"
+    append = re.search(r"use (\+\S+)", str(outer))
+    return line + (f" (to add a new key use {append.group(1)})" if append else "")
 
 
 def _first_line(text: str) -> str:
