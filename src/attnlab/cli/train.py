@@ -7,7 +7,7 @@
 
 The command line is checked first (attnlab.config.preflight: one line, exit 2); then Hydra runs
 attnlab.training.run.train once per job. The exit code is that of the worst job
-(attnlab.runs.status.EXIT_CODES).
+(attnlab.runs.status.EXIT_CODES), whichever launcher ran the jobs (attnlab.runs.multirun).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 
 PROG = "attnlab-train"
 
-_EXIT_STATUSES: list[str] = []
+_EXIT_STATUSES: list[str] = []  # a single run's status (it runs in this process)
 
 
 def _run_dir_resolver(name: str, seed: int, resume: str) -> str:
@@ -65,9 +65,37 @@ def main() -> None:
     from attnlab.runs.status import exit_code
 
     register_resolvers()
-    preflight(sys.argv[1:], conf_dir(), prog=PROG)
-    hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
-    sys.exit(exit_code(_EXIT_STATUSES))  # the worst status of the run or the multirun's jobs
+    jobs = preflight(sys.argv[1:], conf_dir(), prog=PROG)
+    if not _is_multirun(sys.argv[1:]):
+        hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
+        sys.exit(exit_code(_EXIT_STATUSES))
+    sys.exit(_multirun(jobs))
+
+
+def _is_multirun(argv: list[str]) -> bool:
+    return "-m" in argv or "--multirun" in argv
+
+
+def _multirun(jobs: int | None) -> int:
+    """Run the multirun; print which jobs did not succeed; the worst job's exit code."""
+    import hydra
+
+    from attnlab.config.location import conf_dir
+    from attnlab.runs import multirun
+
+    id_override = multirun.new_id_override()
+    sys.argv.append(id_override)
+    launcher_code = 0
+    try:
+        hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
+    except SystemExit as err:  # Hydra reports a job that raised, then exits 1
+        launcher_code = err.code if isinstance(err.code, int) else 1
+    records = multirun.collect(id_override.rpartition("=")[2], jobs)
+    if not records:  # --help, --cfg and the like: no jobs ran
+        return launcher_code
+    for line in multirun.summary(records):
+        print(f"{PROG}: {line}")
+    return max(multirun.multirun_exit_code(records), launcher_code)
 
 
 if __name__ == "__main__":

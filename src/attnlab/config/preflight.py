@@ -60,14 +60,16 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
 
 def check(
     config_dir: Path | str, overrides: list[str], multirun: bool = False, config_name: str = "train"
-) -> None:
-    """Compose and validate the config(s) the command would run; raise ConfigError if bad."""
+) -> int:
+    """Compose and validate the config(s) the command would run (ConfigError if one is bad);
+    the number of jobs."""
     try:
         points = sweep_points(overrides) if multirun else [overrides]
         for point in points:
             validate_config(compose_config(config_dir, point, config_name))
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(describe(err)) from None
+    return len(points)
 
 
 def describe(err: BaseException) -> str:
@@ -130,8 +132,9 @@ def _one_line(text: str) -> str:
     return "; ".join(lines)
 
 
-def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-train") -> None:
-    """Check the command line `argv` before Hydra runs it; exit 2 with one line if bad.
+def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-train") -> int | None:
+    """Check the command line `argv` before Hydra runs it; exit 2 with one line if bad. The
+    number of jobs it runs, where the preflight expanded them (None otherwise).
 
     Commands that only print (--help, --cfg, --info, ...) or use their own config location
     (--config-path, --config-dir) are left to Hydra.
@@ -139,15 +142,15 @@ def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-trai
     try:
         args = get_args_parser().parse_args(argv)
     except SystemExit:  # bad flags: Hydra's own parser will say so
-        return
+        return None
     if any(getattr(args, flag, None) for flag in _INFO_FLAGS):
-        return
+        return None
     if args.config_path or args.config_dir:
-        return
+        return None
     if args.multirun and any(o.startswith("hydra/sweeper=") for o in args.overrides):
-        return  # another sweeper's syntax (e.g. interval(0,1)) is not the basic sweeper's
+        return None  # another sweeper's syntax (e.g. interval(0,1)) is not the basic sweeper's
     try:
-        check(
+        return check(
             config_dir,
             args.overrides,
             multirun=args.multirun,
