@@ -111,7 +111,9 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
     assert [h.get("train/loss") for h in history] == [r.get("train/loss") for r in rows]
     assert wandb_exit_code(offline_runs[1]) == 0
     losses = tensorboard_scalars(run_dir(root), "train/loss")
-    assert losses == [(r["step"], pytest.approx(r["train/loss"])) for r in rows if "train/loss" in r]
+    assert losses == [
+        (r["step"], pytest.approx(r["train/loss"])) for r in rows if "train/loss" in r
+    ]
 
     done = run(command(root), tmp_path)  # a third time: nothing to do
     assert done.returncode == 0 and "already completed" in done.stdout
@@ -126,8 +128,8 @@ def csv_rows(run: Path) -> list[dict]:
 def wandb_records(segment: Path) -> list[dict]:
     """The records of an offline W&B run directory, read by W&B's own reader."""
     (log,) = segment.glob("*.wandb")
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)],
-                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+    inspect = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)]
+    out = subprocess.run(inspect, capture_output=True, text=True, check=True, timeout=120).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 

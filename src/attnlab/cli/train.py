@@ -29,10 +29,26 @@ def _run_dir_resolver(name: str, seed: int, resume: str) -> str:
     return run_dir_name(str(name), overrides, int(seed), fresh=str(resume) == "never")
 
 
+def _output_dir_resolver() -> str:
+    """${attnlab_output_dir:} in conf/train.yaml's paths.run_dir: the job's output directory,
+    also where Hydra has not set it (--cfg job --resolve prints the config without a job)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    hydra_cfg = HydraConfig.get()
+    if not OmegaConf.is_missing(hydra_cfg.runtime, "output_dir"):
+        return str(hydra_cfg.runtime.output_dir)
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return f"{hydra_cfg.sweep.dir}/{hydra_cfg.sweep.subdir}"
+    return str(hydra_cfg.run.dir)
+
+
 def register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("attnlab_run_dir", _run_dir_resolver, replace=True)
+    OmegaConf.register_new_resolver("attnlab_output_dir", _output_dir_resolver, replace=True)
 
 
 def _task(cfg) -> dict:
@@ -40,12 +56,19 @@ def _task(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from attnlab.config.plain import to_plain
+    from attnlab.config.trainer_check import trainer_problem
     from attnlab.runs.identity import RunConfigChanged
     from attnlab.training.run import train
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
         cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
+    problem = trainer_problem(to_plain(cfg.trainer))  # on the machine the job runs on
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        _EXIT_STATUSES.append("config_error")
+        return {"status": "config_error", "error": problem}
     try:
         results = train(cfg, overrides=list(hydra_cfg.overrides.task))
     except RunConfigChanged as err:  # nothing was written: one line, exit 2
@@ -72,6 +95,15 @@ def main() -> None:
     sys.exit(_multirun(jobs))
 
 
+def _add_override(override: str) -> None:
+    """Add `override` to sys.argv beside the others (argparse wants them in one run)."""
+    from hydra._internal.utils import get_args_parser
+
+    overrides = get_args_parser().parse_args(sys.argv[1:]).overrides
+    at = max(i for i, a in enumerate(sys.argv) if a == overrides[-1]) + 1 if overrides else None
+    sys.argv.insert(len(sys.argv) if at is None else at, override)
+
+
 def _is_multirun(argv: list[str]) -> bool:
     return "-m" in argv or "--multirun" in argv
 
@@ -84,7 +116,7 @@ def _multirun(jobs: int | None) -> int:
     from attnlab.runs import multirun
 
     id_override = multirun.new_id_override()
-    sys.argv.append(id_override)
+    _add_override(id_override)
     launcher_code = 0
     try:
         hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()

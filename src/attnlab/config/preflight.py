@@ -25,8 +25,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 import attnlab.config.schema  # noqa: F401 (registers the schemas in Hydra's ConfigStore)
 from attnlab.config.data_check import DataConfigError
+from attnlab.config.plain import to_plain
+from attnlab.config.trainer_check import REMOTE_LAUNCHERS, trainer_problem
 from attnlab.config.trainer_schema import ATTNLAB_SETS
 from attnlab.config.validate import validate_config
+from attnlab.validation import raise_first
 
 # Flags after which Hydra prints something instead of running: nothing to check.
 _INFO_FLAGS = (
@@ -61,12 +64,20 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
 def check(
     config_dir: Path | str, overrides: list[str], multirun: bool = False, config_name: str = "train"
 ) -> int:
-    """Compose and validate the config(s) the command would run (ConfigError if one is bad);
-    the number of jobs."""
+    """Compose and validate the config(s) the command would run (ConfigError if one is bad),
+    with what lightning.Trainer would refuse on this machine (unless the launcher runs the
+    jobs elsewhere); the number of jobs."""
+    local = not any(o.split("=")[-1] in REMOTE_LAUNCHERS for o in overrides if "launcher=" in o)
+    checked: set[str] = set()
     try:
         points = sweep_points(overrides) if multirun else [overrides]
         for point in points:
-            validate_config(compose_config(config_dir, point, config_name))
+            cfg = compose_config(config_dir, point, config_name)
+            validate_config(cfg)
+            trainer = to_plain(cfg.trainer)
+            if local and repr(trainer) not in checked:
+                checked.add(repr(trainer))
+                raise_first([trainer_problem(trainer)])
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(describe(err)) from None
     return len(points)
@@ -137,7 +148,8 @@ def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-trai
     number of jobs it runs, where the preflight expanded them (None otherwise).
 
     Commands that only print (--help, --cfg, --info, ...) or use their own config location
-    (--config-path, --config-dir) are left to Hydra.
+    (--config-path) are left to Hydra; --config-dir (a folder of your own presets) is searched
+    after the shipped configs, as Hydra does.
     """
     try:
         args = get_args_parser().parse_args(argv)
@@ -145,14 +157,21 @@ def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-trai
         return None
     if any(getattr(args, flag, None) for flag in _INFO_FLAGS):
         return None
-    if args.config_path or args.config_dir:
+    if args.config_path:
         return None
+    overrides = list(args.overrides)
+    if args.config_dir:  # your own presets beside the shipped ones, as Hydra searches them
+        extra = Path(args.config_dir).resolve()
+        if not extra.is_dir():
+            print(f"{prog}: error: --config-dir {extra} is not a folder", file=sys.stderr)
+            raise SystemExit(2)
+        overrides.append(f"hydra.searchpath=[file://{extra}]")
     if args.multirun and any(o.startswith("hydra/sweeper=") for o in args.overrides):
         return None  # another sweeper's syntax (e.g. interval(0,1)) is not the basic sweeper's
     try:
         return check(
             config_dir,
-            args.overrides,
+            overrides,
             multirun=args.multirun,
             config_name=args.config_name or "train",
         )

@@ -146,7 +146,7 @@ class WandbConfig:
 
 @dataclass
 class TensorBoardConfig:
-    """lightning TensorBoardLogger: event files in <run_dir>/<subdir> (needs attnlab[tensorboard])."""
+    """lightning TensorBoardLogger: event files in <run_dir>/<subdir> (attnlab[tensorboard])."""
 
     subdir: str = "tensorboard"
 

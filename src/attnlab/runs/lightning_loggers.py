@@ -138,4 +138,3 @@ class ReplayingWandbLogger(_Replaying, WandbLogger):
             row["trainer/global_step"] = step
         self.experiment.log(row, step=self._next_step)
         self._next_step += 1
-

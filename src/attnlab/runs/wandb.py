@@ -80,7 +80,6 @@ def finish_wandb(loggers, results: dict) -> None:
     marks failed, diverged and interrupted runs as failed."""
     from attnlab.runs.status import exit_code
 
-
     for logger in _wandb_loggers(loggers):
         if logger._experiment is None:
             continue
