@@ -19,6 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from attnlab.config.data_schema import TEXT_DATA_SCHEMAS
+from attnlab.config.trainer_schema import TrainerConfig
 from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model.config import (
     ACTIVATIONS,
@@ -133,32 +134,6 @@ class LossConfig:
 
 
 @dataclass
-class TrainerConfig:
-    """Keyword arguments of lightning.Trainer (see its docs for each)."""
-
-    accelerator: str = "cpu"
-    devices: Any = 1
-    num_nodes: int = 1
-    strategy: str = "auto"
-    precision: str = "32-true"
-    max_steps: int = -1
-    max_epochs: int | None = None
-    max_time: Any = None  # "DD:HH:MM:SS": stop training after this much wall time
-    val_check_interval: Any = None  # int: every N training batches, float: fraction of an epoch
-    check_val_every_n_epoch: int | None = 1
-    log_every_n_steps: int = 50
-    gradient_clip_val: float | None = None
-    accumulate_grad_batches: int = 1
-    deterministic: Any = False
-    enable_progress_bar: bool = True
-    enable_model_summary: bool = True
-    limit_train_batches: Any = None
-    limit_val_batches: Any = None
-    limit_test_batches: Any = None
-    num_sanity_val_steps: int = 2
-
-
-@dataclass
 class WandbConfig:
     """lightning WandbLogger. offline=true never tries to upload; without an API key or network
     the run goes offline by itself."""
@@ -170,10 +145,19 @@ class WandbConfig:
 
 
 @dataclass
+class TensorBoardConfig:
+    """lightning TensorBoardLogger: event files in <run_dir>/<subdir> (attnlab[tensorboard])."""
+
+    subdir: str = "tensorboard"
+
+
+@dataclass
 class LoggerConfig:
-    """Loggers besides the CSV one (metrics.csv is always written)."""
+    """Loggers besides the CSV one (metrics.csv is always written); several at once with
+    logger=[wandb,tensorboard]."""
 
     wandb: WandbConfig | None = None
+    tensorboard: TensorBoardConfig | None = None
 
 
 @dataclass

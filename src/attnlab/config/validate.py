@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.config.data_check import DataConfigError, check_data_config
 from attnlab.config.plain import to_plain
 from attnlab.config.schema import SyntheticDataConfig
+from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
 from attnlab.model.config import TransformerConfig
@@ -28,6 +29,7 @@ def validate_config(cfg: DictConfig) -> None:
     """Every check below, in turn; the first problem raises."""
     model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
     _check_schedule_and_loss(cfg)
+    check_values(cfg)
     _check_run_control(cfg)
     _check_task(cfg, model.arch)
     _check_world_size(cfg)

@@ -88,7 +88,7 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         )
         status = _final_status(built)
         metrics = _scalars(built.trainer.callback_metrics)
-        if status == "completed":
+        if status in ("completed", "debug"):
             metrics.update(_test(built))
         return _finish(state, built, status, metrics)
 
@@ -236,6 +236,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
         use_distributed_sampler=False,  # the data modules shard by rank themselves
         plugins=cluster_plugins(),
     )
+    if trainer.fast_dev_run:
+        trainer.loggers = loggers  # Lightning mutes loggers here; metrics.csv is always written
     if rank_zero_only.rank == 0:
         warn_if_bf16_is_emulated(trainer, PROG)
     return trainer, preemption
@@ -258,7 +260,9 @@ def _log_config(cfg: DictConfig, built: Built, state: RunState) -> None:
 def _final_status(built: Built) -> str:
     if built.trainer.interrupted or built.preemption.interrupted:
         return "interrupted"
-    return "diverged" if built.module.diverged else "completed"
+    if built.module.diverged:
+        return "diverged"
+    return "debug" if built.trainer.fast_dev_run else "completed"
 
 
 def _test(built: Built) -> dict[str, float]:
