@@ -8,8 +8,9 @@ config keys whose values differ between them (`seed`, run names, paths and logge
 excluded: DEFAULT_IGNORE, extend with --ignore); per group, the headline metric and
 every test/* metric are aggregated over the completed runs (mean, sample std, n). Diverged, failed
 and interrupted runs are counted in the group's status, never silently dropped. Writes
-comparison.md, comparison.csv, <curve>_curves.png (validation loss per group, mean over seeds with
-a +-1 std band, runs that did not complete dotted) and <metric>_by_group.png (mean +- std).
+comparison.md, comparison.csv, <curve>_curves.png (validation NLL per group, mean over seeds with
+a +-1 std band, runs that did not complete dotted; without any validation curve, a plot per test
+metric instead) and <metric>_by_group.png (mean +- std).
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare runs (every results.json below each PATH), seeds aggregated.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="run, sweep or multirun directories")
-    p.add_argument("--metric", help="headline metric (default: val/loss_best, else val/loss)")
-    p.add_argument("--curve-metric", default="val/loss", help="metric of the curve plot")
+    p.add_argument(
+        "--metric",
+        help="headline metric (default: val/nll_best, else val/nll, val/loss_best, val/loss, "
+        "then test metrics)",
+    )
+    p.add_argument("--curve-metric", default="val/nll", help="metric of the curve plot")
     p.add_argument(
         "--group-by", action="append", metavar="KEY", help="group by this config key (repeatable)"
     )
@@ -131,14 +136,18 @@ def write_report(out, title, table, groups, keys, headline, tests, unreadable, a
     written = [out / "comparison.md", out / "comparison.csv"]
     report.write_csv(out / "comparison.csv", groups, keys, headline, tests)
     curves = out / f"{args.curve_metric.replace('/', '_')}_curves.png"
-    if plot_curves(groups, names, args.curve_metric, curves):
+    has_curve = plot_curves(groups, names, args.curve_metric, curves)
+    if has_curve:
         written.append(curves)
     else:
-        print(f"no {args.curve_metric} in any metrics.csv: curve plot skipped")
-    if headline:
-        final = out / f"{headline.replace('/', '_')}_by_group.png"
-        plot_final(groups, names, headline, final)
-        written.append(final)
+        print(f"no {args.curve_metric} in any metrics.csv: plotting the test metrics instead")
+    # Without a validation curve, every test metric gets its own plot (a run that was never
+    # validated still has a picture).
+    for metric in dict.fromkeys([headline] + ([] if has_curve else tests)):
+        if metric:
+            final = out / f"{metric.replace('/', '_')}_by_group.png"
+            plot_final(groups, names, metric, final)
+            written.append(final)
     runs = report.run_rows(groups, names, headline, out)
     images = [p for p in written if p.suffix == ".png"]
     report.write_markdown(out / "comparison.md", title, table, runs, unreadable, images)

@@ -112,13 +112,15 @@ class OptimConfig:
 @dataclass
 class SchedulerConfig:
     """attnlab.training.schedules; stepped every optimizer step. max_steps (cosine) defaults to
-    trainer.max_steps; scale multiplies noam's formula."""
+    trainer.max_steps; scale multiplies noam's formula; peak_lr (null: optim.lr, noam: its
+    formula) sets the peak of any schedule, noam's included."""
 
     name: Scheduler = Scheduler.noam
     warmup_steps: int = 4000
     scale: float = 1.0
     min_lr: float = 0.0
     max_steps: int | None = None
+    peak_lr: float | None = None
 
 
 @dataclass

@@ -301,5 +301,5 @@ def _scalars(metrics: dict) -> dict[str, float]:
 
 
 def _summary(metrics: dict[str, float]) -> str:
-    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/loss_best")
+    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/nll_best")
     return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics) or "no metrics"
