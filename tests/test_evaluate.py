@@ -117,6 +117,12 @@ def test_eval_reproduces_the_callback_and_writes_json_and_hypotheses(run, capsys
     assert results["bleu"] == pytest.approx(train_metrics["test/bleu"], abs=0.01)
     assert results["chrf"] == pytest.approx(train_metrics["test/chrf"], abs=0.01)
     assert results["perplexity"] == pytest.approx(train_metrics["test/perplexity"], rel=1e-3)
+    import sacrebleu  # chrF is sacreBLEU's chrF, chrF++ only under that name
+
+    refs = read_lines(run["files"]["test_tgt"])
+    assert results["chrf"] == round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)
+    assert results["chrf++"] == round(sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score, 2)
+    assert results["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
 
 
 def test_averaging_identical_checkpoints_changes_nothing(run, capsys, tmp_path):

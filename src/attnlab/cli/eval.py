@@ -12,7 +12,7 @@ data.root=...), decode.beam_size / length_penalty / max_len_a / max_len_b (defau
 callbacks.translation_quality settings, else beam 4, length penalty 0.6, a=1, b=50; beam 1 is
 greedy), batch_size, device (auto | cpu | cuda), out.
 
-Prints BLEU and chrF (sacreBLEU on detokenized text, through torchmetrics), perplexity
+Prints BLEU, chrF and chrF++ (sacreBLEU on detokenized text), perplexity
 (teacher-forced, on the references) and writes <out>.json and <out>.hyp (one hypothesis per
 source line, in the input order). By default <out> is <run_dir>/eval/<split>. The run directory
 (the checkpoint's nearest parent holding config.yaml) must hold tokenizer.model.
@@ -169,13 +169,12 @@ def _dataset(run_dir: Path, src_path: Path, ref_path: Path, name: str, max_len: 
 
 
 def _score(model, tokenizer, dataset, refs, cfg: EvalConfig, device, hparams) -> dict:
-    from attnlab.evaluation.translation import bleu_and_chrf, perplexity, translate
+    from attnlab.evaluation.translation import perplexity, sacrebleu_scores, translate
 
     bos, eos = hparams.get("bos_id", 2), hparams.get("eos_id", 3)
     hyps = translate(model, tokenizer, dataset, cfg.decode, cfg.batch_size, device, bos, eos)
-    bleu, chrf = bleu_and_chrf(hyps, refs)
     ppl, nll = perplexity(model, dataset, device, cfg.batch_size)
-    return {"hyps": hyps, "bleu": bleu, "chrf": chrf, "perplexity": ppl, "nll": nll}
+    return {"hyps": hyps, **sacrebleu_scores(hyps, refs), "perplexity": ppl, "nll": nll}
 
 
 def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started: float) -> dict:
@@ -185,6 +184,7 @@ def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started
     results = {
         "bleu": round(scores["bleu"], 2),
         "chrf": round(scores["chrf"], 2),
+        "chrf++": round(scores["chrf++"], 2),
         "perplexity": scores["perplexity"],
         "nll": scores["nll"],
         "n_sentences": len(scores["hyps"]),
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"attnlab-eval: error: {err}", file=sys.stderr)
         sys.exit(2)
     print(
-        f"BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  "
+        f"BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  chrF++ {results['chrf++']:.2f}  "
         f"perplexity {results['perplexity']:.2f}  ({results['n_sentences']} sentences, "
         f"beam {cfg.decode.beam_size}, {len(cfg.ckpt)} checkpoint(s))"
     )

@@ -85,10 +85,12 @@ def perplexity(model, dataset, device, batch_size: int) -> tuple[float, float]:
     return math.exp(min(nll, 50.0)), nll
 
 
-def bleu_and_chrf(hyps: list[str], refs: list[str]) -> tuple[float, float]:
-    from torchmetrics.text import CHRFScore, SacreBLEUScore
+def sacrebleu_scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
+    """sacreBLEU's BLEU (13a), chrF and chrF++ (word 2-grams) of detokenized hypotheses."""
+    import sacrebleu
 
-    wrapped = [[r] for r in refs]
-    bleu = SacreBLEUScore(tokenize="13a")(hyps, wrapped).item() * 100
-    chrf = CHRFScore()(hyps, wrapped).item() * 100
-    return bleu, chrf
+    return {
+        "bleu": sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score,
+        "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
+        "chrf++": sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score,
+    }
