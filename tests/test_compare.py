@@ -198,3 +198,37 @@ def test_runs_never_validated_still_get_plots_of_their_test_metrics(tmp_path, ca
     assert "test/nll mean" in out.splitlines()[1]  # the headline falls back to a test metric
     for png in ("test_nll_by_group.png", "test_exact_match_by_group.png"):
         assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_extrapolation_is_drawn_against_length_per_group(tmp_path, capsys):
+    """results.json's "extrapolation" becomes one line per group (mean ± std over seeds) and a
+    table by length; a length the encoding could not represent shows as null."""
+    root = tmp_path / "extrap"
+    for pe, base in (("rope", 0.9), ("learned", 0.8)):
+        for seed in (1, 2, 3):
+            run_dir = root / f"{pe}-s{seed}"
+            write_run(run_dir, pe, seed, "completed", 1.0, 0.9)
+            record = json.loads((run_dir / "results.json").read_text())
+            record["extrapolation"] = {
+                str(n): {"exact_match": base / n + 0.01 * seed, "token_acc": 0.5, "nll": 1.0}
+                for n in (8, 16)
+            }
+            if pe == "learned":
+                record["extrapolation"]["32"] = {
+                    "exact_match": None, "token_acc": None, "nll": None, "reason": "learned ...",
+                }  # fmt: skip
+            else:
+                record["extrapolation"]["32"] = {"exact_match": 0.0, "token_acc": 0.1, "nll": 3.0}
+            (run_dir / "results.json").write_text(json.dumps(record))
+    assert compare.main([str(root)]) == 0
+    out = capsys.readouterr().out
+    rope = next(ln for ln in out.splitlines() if ln.startswith("pos_encoding=rope"))
+    mean16 = statistics.fmean([0.9 / 16 + 0.01 * s for s in (1, 2, 3)])
+    assert f"{mean16:.4g} ± 0.01 (n=3)" in rope
+    learned = next(ln for ln in out.splitlines() if ln.startswith("pos_encoding=learned"))
+    assert learned.rstrip().endswith("null (not representable)")
+    for metric in ("exact_match", "token_acc", "nll"):
+        assert (root / f"extrapolation_{metric}.png").read_bytes()[:4] == b"\x89PNG"
+    md = (root / "comparison.md").read_text()
+    assert "| exact_match by length | 8 | 16 | 32 |" in md
+    assert "![extrapolation_exact_match](extrapolation_exact_match.png)" in md

@@ -195,7 +195,7 @@ def test_validate_config_names_model_keys(compose):
         validate_config(compose(["model.dropout=-0.1"]))
     with pytest.raises(ValueError, match=r"data\.train_len"):
         validate_config(compose(["data.train_len=[4,2]"]))
-    with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(13\)"):
+    with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(14\)"):
         validate_config(compose(["model.pos_encoding=learned", "model.max_len=10"]))
     with pytest.raises(ValueError, match=r"model\.foo is not a model option"):
         validate_config(compose(["+model.foo=1"]))

@@ -23,6 +23,8 @@ class Run:
     seed: Any = None
     error: str | None = None
     partial: bool = False  # config holds only the sweep parameters (a trial without results.json)
+    # results.json's "extrapolation": {"<length>": {metric: value or None, ...}}
+    extrapolation: dict[str, dict] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -81,7 +83,15 @@ def load_run(path: Path) -> Run:
         config=config,
         seed=data.get("seed", config.get("seed")),
         error=data.get("error"),
+        extrapolation=_extrapolation(data.get("extrapolation")),
     )
+
+
+def _extrapolation(value: Any) -> dict[str, dict]:
+    """The per-length records whose keys are lengths (anything else is dropped)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if str(k).isdigit() and isinstance(v, dict)}
 
 
 def trials_without_results(paths: Iterable[str | os.PathLike], found: set[Path]) -> list[Run]:

@@ -10,7 +10,10 @@ every test/* metric are aggregated over the completed runs (mean, sample std, n)
 and interrupted runs are counted in the group's status, never silently dropped. Writes
 comparison.md, comparison.csv, <curve>_curves.png (validation NLL per group, mean over seeds with
 a +-1 std band, runs that did not complete dotted; without any validation curve, a plot per test
-metric instead) and <metric>_by_group.png (mean +- std).
+metric instead) and <metric>_by_group.png (mean +- std). Runs whose results.json has
+"extrapolation" (data.eval_lengths) also get extrapolation_<metric>.png, each metric against
+length with one line per group (mean +- std over seeds, the training lengths shaded), and a table
+of the first of exact_match / perplexity per length.
 """
 
 from __future__ import annotations
@@ -148,10 +151,35 @@ def write_report(out, title, table, groups, keys, headline, tests, unreadable, a
             final = out / f"{metric.replace('/', '_')}_by_group.png"
             plot_final(groups, names, metric, final)
             written.append(final)
+    extra_tables = _extrapolation(out, groups, names, written)
     runs = report.run_rows(groups, names, headline, out)
     images = [p for p in written if p.suffix == ".png"]
-    report.write_markdown(out / "comparison.md", title, table, runs, unreadable, images)
+    report.write_markdown(
+        out / "comparison.md", title, table, runs, unreadable, images, extra_tables
+    )
     return written
+
+
+def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[list[str]]]:
+    """extrapolation_<metric>.png per length metric (appended to `written`); the table of the
+    first metric, printed and returned for comparison.md."""
+    from attnlab.analysis.extrapolation import (
+        extrapolation_table,
+        length_metrics,
+        plot_extrapolation,
+    )
+
+    metrics = length_metrics([r for g in groups for r in g.runs])
+    for metric in metrics:
+        path = out / f"extrapolation_{metric}.png"
+        if plot_extrapolation(groups, names, metric, path):
+            written.append(path)
+    if not metrics:
+        return []
+    table = extrapolation_table(groups, names, metrics[0])
+    print()
+    print(text_table(table))
+    return [table]
 
 
 if __name__ == "__main__":

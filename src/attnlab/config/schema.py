@@ -81,7 +81,9 @@ class ModelConfig:
 
 @dataclass
 class SyntheticDataConfig:
-    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive."""
+    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive: train_len
+    (training), val_len (validation, which selects the checkpoint; null: train_len), eval_len (the
+    test split); eval_lengths: lengths scored one by one at the end (length extrapolation)."""
 
     _target_: str = "attnlab.data.synthetic.SyntheticDataModule"
     name: SyntheticTask = SyntheticTask.reverse
@@ -89,6 +91,8 @@ class SyntheticDataConfig:
     n_symbols: int = 16
     train_len: list[int] = field(default_factory=lambda: [1, 12])
     eval_len: list[int] = field(default_factory=lambda: [1, 12])
+    val_len: list[int] | None = None
+    eval_lengths: list[int] = field(default_factory=list)
     batch_size: int = 64
     train_size: int = 1_000_000
     val_size: int = 512
