@@ -232,3 +232,16 @@ def test_extrapolation_is_drawn_against_length_per_group(tmp_path, capsys):
     md = (root / "comparison.md").read_text()
     assert "| exact_match by length | 8 | 16 | 32 |" in md
     assert "![extrapolation_exact_match](extrapolation_exact_match.png)" in md
+
+
+def test_attnlab_eval_results_in_a_run_become_eval_metrics(runs_dir, capsys):
+    """<run_dir>/eval/greedy.json (attnlab-eval out=<run_dir>/eval/greedy) -> eval/greedy/bleu."""
+    for seed, bleu in ((1, 20.0), (2, 22.0)):
+        eval_dir = runs_dir / f"rope-s{seed}" / "eval"
+        eval_dir.mkdir()
+        (eval_dir / "greedy.json").write_text(json.dumps({"bleu": bleu, "chrf": 50.0, "n": 3}))
+    assert compare.main([str(runs_dir), "--metric", "eval/greedy/bleu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "eval/greedy/bleu mean" in lines[1] and "eval/greedy/chrf (mean ± std, n)" in lines[1]
+    rope = next(ln for ln in lines if ln.startswith("rope "))
+    assert rope.split()[5:8] == ["21", f"{statistics.stdev([20.0, 22.0]):.4g}", "2"]

@@ -155,8 +155,14 @@ def test_every_callbacks_option_instantiates(compose, option, tmp_path):
 
 
 @pytest.mark.parametrize("option", _options("experiment"))
-def test_every_experiment_composes_and_validates(compose, option):
+def test_every_experiment_composes_and_validates(compose, option, tmp_path):
     cfg = compose([f"experiment={option}"])
+    if cfg.data.get("train_src", "") is None:  # data given by path (paper_*: WMT14)
+        files = []
+        for key in ("train_src", "train_tgt", "val_src", "val_tgt"):
+            (tmp_path / key).write_text("a line\nanother line\n")
+            files.append(f"data.{key}={tmp_path / key}")
+        cfg = compose([f"experiment={option}", *files])
     validate_config(cfg)
     assert cfg.name == option  # presets name their runs
 

@@ -96,7 +96,8 @@ def group_metric(group: Group, metric: str) -> tuple[float | None, float | None,
 
 def choose_metrics(runs: Sequence[Run], requested: str | None) -> tuple[str | None, list[str]]:
     """The headline metric (requested, else the first of DEFAULT_METRICS present, else the
-    first test/* metric) and the test/* ones."""
+    first test/* metric) and the test/* and eval/* ones (eval/<name>/<score>: attnlab-eval
+    results saved in the run directory)."""
     available = sorted({m for r in runs for m in r.metrics})
     if requested is not None:
         if requested not in available:
@@ -109,7 +110,7 @@ def choose_metrics(runs: Sequence[Run], requested: str | None) -> tuple[str | No
         tests_present = [m for m in available if m.startswith("test/")]
         headline = next((m for m in DEFAULT_METRICS if m in available), None)
         headline = headline or next(iter(tests_present), None)
-    tests = [m for m in available if m.startswith("test/") and m != headline]
+    tests = [m for m in available if m.startswith(("test/", "eval/")) and m != headline]
     return headline, tests
 
 

@@ -79,12 +79,31 @@ def load_run(path: Path) -> Run:
     return Run(
         path=path,
         status=str(data.get("status") or "unknown"),
-        metrics=numbers,
+        metrics={**numbers, **eval_metrics(path.parent)},
         config=config,
         seed=data.get("seed", config.get("seed")),
         error=data.get("error"),
         extrapolation=_extrapolation(data.get("extrapolation")),
     )
+
+
+EVAL_SCORES = ("bleu", "chrf", "chrf++", "nll", "perplexity")
+
+
+def eval_metrics(run_dir: Path) -> dict[str, float]:
+    """The scores of every attnlab-eval result saved in the run (<run_dir>/eval/<name>.json) as
+    eval/<name>/<score>, e.g. eval/greedy/bleu (unreadable files are skipped)."""
+    metrics = {}
+    for path in sorted((run_dir / "eval").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            for score in EVAL_SCORES:
+                if isinstance(data.get(score), int | float):
+                    metrics[f"eval/{path.stem}/{score}"] = float(data[score])
+    return metrics
 
 
 def _extrapolation(value: Any) -> dict[str, dict]:

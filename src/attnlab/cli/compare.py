@@ -6,7 +6,8 @@
 Every results.json below each PATH is one run (see docs/architecture.md). Runs are grouped by the
 config keys whose values differ between them (`seed`, run names, paths and logger settings
 excluded: DEFAULT_IGNORE, extend with --ignore); per group, the headline metric and
-every test/* metric are aggregated over the completed runs (mean, sample std, n). Diverged, failed
+every test/* metric (and eval/<name>/<score> from attnlab-eval results saved in a run's eval/
+folder) are aggregated over the completed runs (mean, sample std, n). Diverged, failed
 and interrupted runs are counted in the group's status, never silently dropped. Writes
 comparison.md, comparison.csv, <curve>_curves.png (validation NLL per group, mean over seeds with
 a +-1 std band, runs that did not complete dotted; without any validation curve, a plot per test

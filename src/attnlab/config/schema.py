@@ -19,6 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from attnlab.config.data_schema import TEXT_DATA_SCHEMAS
+from attnlab.config.resolvers import register as register_resolvers
 from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model.config import (
     ACTIVATIONS,
@@ -231,6 +232,7 @@ def register_configs() -> None:
     cs.store(name="synthetic_data_schema", node=SyntheticDataConfig)
     for name, schema in TEXT_DATA_SCHEMAS.items():  # attnlab.config.data_schema
         cs.store(name=name, node=schema)
+    register_resolvers()  # ${attnlab_accumulation:...} and friends in presets
 
 
 register_configs()
