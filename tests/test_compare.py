@@ -245,3 +245,7 @@ def test_attnlab_eval_results_in_a_run_become_eval_metrics(runs_dir, capsys):
     assert "eval/greedy/bleu mean" in lines[1] and "eval/greedy/chrf (mean ± std, n)" in lines[1]
     rope = next(ln for ln in lines if ln.startswith("rope "))
     assert rope.split()[5:8] == ["21", f"{statistics.stdev([20.0, 22.0]):.4g}", "2"]
+    assert compare.main([str(runs_dir), "--columns", "eval/*/bleu", "--columns", "test/ex*"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "eval/greedy/bleu (mean" in header and "test/exact_match (mean" in header
+    assert "chrf" not in header

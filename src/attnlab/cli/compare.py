@@ -20,6 +20,7 @@ of the first of exact_match / perplexity per length.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import sys
 from pathlib import Path
 
@@ -59,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATTERN",
         help="also ignore config keys matching this glob (repeatable), e.g. 'data.*'",
     )
+    p.add_argument(
+        "--columns",
+        action="append",
+        metavar="PATTERN",
+        help="only the test/* and eval/* metrics matching this glob (repeatable), "
+        "e.g. 'eval/*/bleu'",
+    )
     p.add_argument("--out", help="output directory (default: the first PATH, if a directory)")
     return p
 
@@ -76,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs, unreadable = read_runs(args.paths)
         headline, tests = _choose_metrics(runs, args.metric)
+        if args.columns:
+            tests = [m for m in tests if any(fnmatch.fnmatchcase(m, p) for p in args.columns)]
     except CompareError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return err.code
