@@ -122,3 +122,12 @@ def test_callback_logs_wandb_images(compose, tiny_run, tmp_path, monkeypatch):
     )  # fmt: skip
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     assert b"attention/decoder.layers.0.cross_attn" in run_file.read_bytes()
+
+
+def test_attention_command_logs_into_the_runs_wandb_run(copy_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    ckpt = copy_run / "checkpoints" / "last.ckpt"
+    argv = [str(ckpt), "1 2 3", "--target", "1 2 3", "--out", str(tmp_path), "--wandb"]
+    assert attention_main(argv) == 0
+    logged = b"".join(f.read_bytes() for f in copy_run.glob("wandb/offline-run-*/run-*.wandb"))
+    assert b"attention_input/decoder.layers.0.cross_attn" in logged

@@ -10,7 +10,7 @@ cross-attention) and attention.npz with one array (H, T, S) per module name
 synthetic tasks the input is the symbols as space-separated ids, 0 .. data.n_symbols - 1
 ("5 9 2 7"; the token ids are these plus the 4 special ids). Without --target,
 the model's own greedy output is the target (encoder-decoder) or the continuation (decoder-only
-synthetic tasks: [BOS] x [SEP] y).
+synthetic tasks: [BOS] x [SEP] y). --wandb also logs the PNGs into the run's W&B run.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="the target (default: the model's greedy output)")
     p.add_argument("--out", help="output directory (default: <run_dir>/attention/input)")
     p.add_argument("--max-len", type=int, default=100, help="greedy decoding limit (tokens)")
+    p.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log the maps as images into the run's W&B run (offline without an API key)",
+    )
     return p
 
 
@@ -74,7 +79,33 @@ def attention_of(args: argparse.Namespace) -> list[Path]:
     out = Path(args.out) if args.out else run_dir / "attention" / "input"
     axes = {name: axes_labels(name, src, tgt) for name in weights}
     paths = render_maps(weights, axes, out)
+    if args.wandb:
+        _log_wandb(run_dir, paths)
     return [*paths, save_npz(out / "attention.npz", weights)]
+
+
+def _log_wandb(run_dir: Path, paths: list[Path]) -> None:
+    """The PNGs as images `attention_input/<module name>` in the run's own W&B run (its id
+    follows from the run directory, as during training)."""
+    import wandb
+    from omegaconf import OmegaConf
+
+    from attnlab.runs.identity import wandb_run_id
+    from attnlab.runs.wandb import wandb_offline_reason
+
+    logger_cfg = OmegaConf.select(OmegaConf.load(run_dir / "config.yaml"), "logger.wandb") or {}
+    offline = wandb_offline_reason(force_offline=bool(logger_cfg.get("offline", False)))
+    run = wandb.init(
+        project=logger_cfg.get("project", "attnlab"),
+        entity=logger_cfg.get("entity"),
+        id=wandb_run_id(run_dir),
+        resume="allow",
+        dir=str(run_dir),
+        mode="offline" if offline else None,
+        settings=wandb.Settings(silent=True),
+    )
+    run.log({f"attention_input/{p.stem}": wandb.Image(str(p)) for p in paths})
+    run.finish()
 
 
 def _inputs(model, hparams, datamodule, args) -> tuple:
