@@ -10,6 +10,7 @@ import pytest
 from attnlab.cli.attention import main as attention_main
 from attnlab.data.vocab import PAD_ID
 from attnlab.training.run import train
+from conftest import wandb_offline_bytes
 
 ENC_DEC = (
     "encoder.layers.0.self_attn",
@@ -120,8 +121,8 @@ def test_callback_logs_wandb_images(compose, tiny_run, tmp_path, monkeypatch):
         compose, tiny_run, run_dir, "logger=wandb", "trainer.max_steps=2",
         "callbacks.attention_maps.every_n_steps=2",
     )  # fmt: skip
-    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    assert b"attention/decoder.layers.0.cross_attn" in run_file.read_bytes()
+    needle = b"attention/decoder.layers.0.cross_attn"
+    assert needle in wandb_offline_bytes(run_dir, needle)
 
 
 def test_attention_command_logs_into_the_runs_wandb_run(copy_run, tmp_path, monkeypatch):
@@ -129,5 +130,5 @@ def test_attention_command_logs_into_the_runs_wandb_run(copy_run, tmp_path, monk
     ckpt = copy_run / "checkpoints" / "last.ckpt"
     argv = [str(ckpt), "1 2 3", "--target", "1 2 3", "--out", str(tmp_path), "--wandb"]
     assert attention_main(argv) == 0
-    logged = b"".join(f.read_bytes() for f in copy_run.glob("wandb/offline-run-*/run-*.wandb"))
-    assert b"attention_input/decoder.layers.0.cross_attn" in logged
+    needle = b"attention_input/decoder.layers.0.cross_attn"
+    assert needle in wandb_offline_bytes(copy_run, needle)

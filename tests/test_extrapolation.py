@@ -16,7 +16,7 @@ from attnlab.config.plain import to_plain
 from attnlab.config.validate import validate_config
 from attnlab.data.vocab import PAD_ID
 from attnlab.training.run import train
-from conftest import DATA_DIR
+from conftest import DATA_DIR, wandb_offline_bytes
 
 
 def _datamodule(cfg):
@@ -73,8 +73,7 @@ def test_results_json_carries_the_curve_and_attnlab_eval_agrees(
         assert 0 <= entry["exact_match"] <= 1 and 0 <= entry["token_acc"] <= 1
         assert 0 < entry["nll"] < math.inf
     assert json.loads((run_dir / "results.json").read_text())["extrapolation"] == curve
-    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    logged = run_file.read_bytes()
+    logged = wandb_offline_bytes(run_dir, b"extrapolation/exact_match_vs_length")
     assert b"extrapolation/table" in logged and b"extrapolation/exact_match_vs_length" in logged
 
     best = next((run_dir / "checkpoints").glob("best-step=*.ckpt"))  # the weights tested
