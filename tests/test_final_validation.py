@@ -37,3 +37,12 @@ def test_a_run_ending_on_a_validation_step_is_not_validated_twice(compose, tiny_
     with open(run_dir / "metrics.csv") as f:
         steps = [int(r["step"]) for r in csv.DictReader(f) if r.get("val/nll")]
     assert steps == [1, 3]
+
+
+def test_checkpoints_and_early_stopping_select_on_the_unsmoothed_nll(compose):
+    """Ranking on the label-smoothed val/loss biases a label-smoothing ablation."""
+    for callbacks in ("default", "translation", "early_stopping"):
+        cfg = compose([f"callbacks={callbacks}"])
+        assert cfg.callbacks.model_checkpoint.monitor == "val/nll"
+        if callbacks == "early_stopping":
+            assert cfg.callbacks.early_stopping.monitor == "val/nll"
