@@ -177,8 +177,14 @@ def test_every_callbacks_option_instantiates(compose, option, tmp_path):
 
 
 @pytest.mark.parametrize("option", _options("experiment"))
-def test_every_experiment_composes_and_validates(compose, option):
+def test_every_experiment_composes_and_validates(compose, option, tmp_path):
     cfg = compose([f"experiment={option}"])
+    if cfg.data.get("train_src", "") is None:  # data given by path (paper_*: WMT14)
+        files = []
+        for key in ("train_src", "train_tgt", "val_src", "val_tgt"):
+            (tmp_path / key).write_text("a line\nanother line\n")
+            files.append(f"data.{key}={tmp_path / key}")
+        cfg = compose([f"experiment={option}", *files])
     validate_config(cfg)
     assert cfg.name == option  # presets name their runs
 
@@ -217,7 +223,7 @@ def test_validate_config_names_model_keys(compose):
         validate_config(compose(["model.dropout=-0.1"]))
     with pytest.raises(ValueError, match=r"data\.train_len"):
         validate_config(compose(["data.train_len=[4,2]"]))
-    with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(13\)"):
+    with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(14\)"):
         validate_config(compose(["model.pos_encoding=learned", "model.max_len=10"]))
     with pytest.raises(ValueError, match=r"model\.foo is not a model option"):
         validate_config(compose(["+model.foo=1"]))

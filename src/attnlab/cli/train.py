@@ -19,38 +19,6 @@ PROG = "attnlab-train"
 _EXIT_STATUSES: list[str] = []  # a single run's status (it runs in this process)
 
 
-def _run_dir_resolver(name: str, seed: int, resume: str) -> str:
-    """${attnlab_run_dir:${name},${seed},${resume}} in conf/train.yaml's hydra.run.dir."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from attnlab.runs.identity import run_dir_name
-
-    overrides = list(HydraConfig.get().overrides.task)
-    return run_dir_name(str(name), overrides, int(seed), fresh=str(resume) == "never")
-
-
-def _output_dir_resolver() -> str:
-    """${attnlab_output_dir:} in conf/train.yaml's paths.run_dir: the job's output directory,
-    also where Hydra has not set it (--cfg job --resolve prints the config without a job)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
-
-    hydra_cfg = HydraConfig.get()
-    if not OmegaConf.is_missing(hydra_cfg.runtime, "output_dir"):
-        return str(hydra_cfg.runtime.output_dir)
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        return f"{hydra_cfg.sweep.dir}/{hydra_cfg.sweep.subdir}"
-    return str(hydra_cfg.run.dir)
-
-
-def register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    OmegaConf.register_new_resolver("attnlab_run_dir", _run_dir_resolver, replace=True)
-    OmegaConf.register_new_resolver("attnlab_output_dir", _output_dir_resolver, replace=True)
-
-
 def _task(cfg) -> dict:
     """One Hydra job: train, and remember its status for the exit code."""
     from hydra.core.hydra_config import HydraConfig
@@ -85,6 +53,7 @@ def main() -> None:
 
     from attnlab.config.location import conf_dir
     from attnlab.config.preflight import preflight
+    from attnlab.config.resolvers import register as register_resolvers
     from attnlab.runs.status import exit_code
 
     register_resolvers()

@@ -19,6 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from attnlab.config.data_schema import TEXT_DATA_SCHEMAS
+from attnlab.config.resolvers import register as register_resolvers
 from attnlab.config.trainer_schema import TrainerConfig
 from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model.config import (
@@ -82,7 +83,9 @@ class ModelConfig:
 
 @dataclass
 class SyntheticDataConfig:
-    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive."""
+    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive: train_len
+    (training), val_len (validation, which selects the checkpoint; null: train_len), eval_len (the
+    test split); eval_lengths: lengths scored one by one at the end (length extrapolation)."""
 
     _target_: str = "attnlab.data.synthetic.SyntheticDataModule"
     name: SyntheticTask = SyntheticTask.reverse
@@ -90,6 +93,8 @@ class SyntheticDataConfig:
     n_symbols: int = 16
     train_len: list[int] = field(default_factory=lambda: [1, 12])
     eval_len: list[int] = field(default_factory=lambda: [1, 12])
+    val_len: list[int] | None = None
+    eval_lengths: list[int] = field(default_factory=list)
     batch_size: int = 64
     train_size: int = 1_000_000
     val_size: int = 512
@@ -113,13 +118,15 @@ class OptimConfig:
 @dataclass
 class SchedulerConfig:
     """attnlab.training.schedules; stepped every optimizer step. max_steps (cosine) defaults to
-    trainer.max_steps; scale multiplies noam's formula."""
+    trainer.max_steps; scale multiplies noam's formula; peak_lr (null: optim.lr, noam: its
+    formula) sets the peak of any schedule, noam's included."""
 
     name: Scheduler = Scheduler.noam
     warmup_steps: int = 4000
     scale: float = 1.0
     min_lr: float = 0.0
     max_steps: int | None = None
+    peak_lr: float | None = None
 
 
 @dataclass
@@ -209,6 +216,7 @@ def register_configs() -> None:
     cs.store(name="synthetic_data_schema", node=SyntheticDataConfig)
     for name, schema in TEXT_DATA_SCHEMAS.items():  # attnlab.config.data_schema
         cs.store(name=name, node=schema)
+    register_resolvers()  # ${attnlab_accumulation:...} and friends in presets
 
 
 register_configs()

@@ -290,6 +290,8 @@ def _has_test_split(datamodule) -> bool:
 def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float]) -> dict:
     """results.json with the final status and metrics; W&B summary; one line of output."""
     results = {"metrics": metrics, "steps": built.trainer.global_step}
+    for callback in built.trainer.callbacks:  # e.g. "extrapolation" (training/extrapolation.py)
+        results.update(getattr(callback, "results_record", dict)())
     results["wall_time_s"] = state.wall_time()
     if status == "diverged":
         results["diverged_step"] = built.module.diverged_step
@@ -305,5 +307,5 @@ def _scalars(metrics: dict) -> dict[str, float]:
 
 
 def _summary(metrics: dict[str, float]) -> str:
-    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/loss_best")
+    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/nll_best")
     return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics) or "no metrics"
