@@ -35,3 +35,16 @@ def compose():
 def tiny_run() -> list[str]:
     """Overrides that shrink a run to a few seconds on a CPU (W&B and paths left as they are)."""
     return list(TINY)
+
+
+def wandb_offline_bytes(run_dir: Path, needle: bytes, timeout_s: float = 30.0) -> bytes:
+    """The bytes of the run's offline W&B files once `needle` is in them (W&B's service process
+    may still be writing them when wandb.finish returns); what is there after timeout_s."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        data = b"".join(f.read_bytes() for f in run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+        if needle in data or time.monotonic() > deadline:
+            return data
+        time.sleep(0.2)

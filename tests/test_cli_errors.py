@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab.config.preflight import describe, preflight
 
@@ -37,6 +38,26 @@ BAD = [
     ("model.d_model=abc", "model.d_model='abc' is not valid; expected an integer"),
     ("model.fooo=1", "model.fooo is not a key of model; expected one of: name, arch, d_model"),
     ("data.train_len=[5,2]", "data.train_len=[5, 2] is not valid"),
+    (
+        "trainer.fast_dev_rn=1",
+        "trainer.fast_dev_rn is not a key of trainer; did you mean trainer.fast_dev_run?",
+    ),
+    ("trainer.logger=x", "trainer.logger is set by attnlab-train; use logger="),
+    ("optim.lr=-1", "optim.lr=-1.0 is not valid; expected a number > 0"),
+    ("optim.lr=0", "optim.lr=0.0 is not valid; expected a number > 0"),
+    (
+        "loss.label_smoothing=1",
+        "loss.label_smoothing=1.0 is not valid; expected a number in [0, 1)",
+    ),
+    ("optim.betas=[0.9,-0.1]", "optim.betas[1]=-0.1 is not valid; expected a number in [0, 1)"),
+    ("optim.eps=-1e-9", "optim.eps=-1e-09 is not valid; expected a number >= 0"),
+    ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1.0 is not valid"),
+    ("trainer.devices=0", "trainer.devices=0 is not valid here: `Trainer(devices=0)`"),
+    (
+        "trainer.max_time=soon",
+        "trainer.max_time='soon' is not valid here: `Timer(duration='soon')`",
+    ),
+    ("trainer.precision=17", "trainer.precision='17' is not valid here: Precision '17' is invalid"),
 ]
 
 
@@ -85,11 +106,17 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+
+
 @pytest.mark.parametrize(
     ("args", "key"),
     [
         (["model.pos_encoding=foo"], "model.pos_encoding='foo'"),
         (["-m", "model.dropout=0.1,-0.5"], "model.dropout=-0.5"),
+        (["optim.lr=-1"], "optim.lr=-1.0"),
+        pytest.param(["trainer.accelerator=gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
+        pytest.param(["-m", "trainer=cpu,gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
     ],
 )
 def test_command_line_exits_2_without_traceback(tmp_path, args, key):
@@ -98,6 +125,22 @@ def test_command_line_exits_2_without_traceback(tmp_path, args, key):
     assert proc.stderr.startswith(f"attnlab-train: error: {key}")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+
+
+def test_cfg_job_resolve_prints_the_resolved_config(tmp_path):
+    proc = _cli("--cfg", "job", "--resolve", "seed=3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "run_dir: outputs/default/s_3-" in proc.stdout and "${" not in proc.stdout
+
+
+def test_your_own_presets_come_from_config_dir(tmp_path, capsys):
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text(
+        "# @package _global_\nmodel:\n  n_heads: 3\n"
+    )
+    err = _preflight_error(capsys, ["--config-dir", str(tmp_path), "experiment=mine"])
+    assert "model.n_heads=3" in err  # found, composed and checked: d_model 64 is not divisible
+    preflight(["--config-dir", str(tmp_path), "experiment=mine", "model.d_model=96"], CONF_DIR)
 
 
 def test_help_lists_the_config_groups_and_options(tmp_path):

@@ -17,7 +17,9 @@ from attnlab.cli import compare
 from attnlab.runs.dotted import flatten
 
 COMMON = {"model.d_model": 64, "model.n_heads": 4, "model.d_k": None, "scheduler.name": "noam"}
-# (pos_encoding, seed) -> (status, val/loss_best, test/exact_match)
+# (pos_encoding, seed) -> (status, val/nll_best, test/exact_match); val/loss_best (smoothed) is
+# larger by SMOOTHING and must not be the headline.
+SMOOTHING = 0.5
 RUNS = {
     ("rope", 1): ("completed", 1.0, 0.90),
     ("rope", 2): ("completed", 1.2, 0.80),
@@ -32,8 +34,10 @@ def write_run(run_dir: Path, pe: str, seed: int, status: str, best, exact) -> No
     run_dir.mkdir(parents=True)
     metrics = {}
     if best is not None:
-        metrics["val/loss_best"] = best
-        metrics["val/loss"] = float("nan") if status == "diverged" else best + 0.05
+        metrics["val/nll_best"] = best
+        metrics["val/nll"] = float("nan") if status == "diverged" else best + 0.05
+        metrics["val/loss_best"] = best + SMOOTHING
+        metrics["val/loss"] = metrics["val/nll"] + SMOOTHING
     if exact is not None:
         metrics["test/exact_match"] = exact
     config = {**COMMON, "model.pos_encoding": pe, "seed": seed, "run_name": f"{pe}-s{seed}"}
@@ -54,7 +58,7 @@ def write_run(run_dir: Path, pe: str, seed: int, status: str, best, exact) -> No
         return  # no metrics.csv: it failed before logging
     with open(run_dir / "metrics.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["epoch", "step", "train/loss", "val/loss", "val/exact_match"])
+        writer.writerow(["epoch", "step", "train/loss", "val/nll", "val/exact_match"])
         for step in range(0, 40, 10):
             value = 5.0 / (step + 1) + (best or 0)
             if status == "diverged" and step >= 30:
@@ -82,7 +86,8 @@ def test_compare_aggregates_seeds_and_marks_failed_and_diverged_runs(runs_dir, c
     rope = next(ln for ln in lines if ln.startswith("rope "))
     alibi = next(ln for ln in lines if ln.startswith("alibi "))
     assert "2 completed, 1 failed" in rope and "2 completed, 1 diverged" in alibi
-    # val/loss_best over the completed seeds: mean, sample std, n
+    # val/nll_best (unsmoothed, the default headline) over the completed seeds: mean, std, n
+    assert "val/nll_best mean" in lines[1] and "val/loss_best" not in lines[1]
     assert rope.split()[5:9] == ["1.1", f"{statistics.stdev([1.0, 1.2]):.4g}", "2", "0.85"]
     assert alibi.split()[5:9] == ["2.2", f"{statistics.stdev([2.0, 2.4]):.4g}", "2", "0.6"]
     assert f"could not read {runs_dir / 'broken' / 'results.json'}: not valid JSON" in out
@@ -92,9 +97,9 @@ def test_compare_aggregates_seeds_and_marks_failed_and_diverged_runs(runs_dir, c
     assert set(rows) == {"rope", "alibi"}
     assert rows["rope"]["status"] == "2 completed, 1 failed"
     assert rows["alibi"]["status"] == "2 completed, 1 diverged"
-    assert math.isclose(float(rows["rope"]["val/loss_best_mean"]), 1.1)
-    assert math.isclose(float(rows["alibi"]["val/loss_best_std"]), statistics.stdev([2.0, 2.4]))
-    assert rows["alibi"]["val/loss_best_n"] == "2"  # the diverged run's 9.0 is not averaged
+    assert math.isclose(float(rows["rope"]["val/nll_best_mean"]), 1.1)
+    assert math.isclose(float(rows["alibi"]["val/nll_best_std"]), statistics.stdev([2.0, 2.4]))
+    assert rows["alibi"]["val/nll_best_n"] == "2"  # the diverged run's 9.0 is not averaged
     assert math.isclose(float(rows["alibi"]["test/exact_match_mean"]), 0.6)
 
     md = (runs_dir / "comparison.md").read_text()
@@ -102,7 +107,7 @@ def test_compare_aggregates_seeds_and_marks_failed_and_diverged_runs(runs_dir, c
     assert "| pos_encoding=alibi | 3 | diverged | 9 | alibi-s3 | diverged at step 30 |" in md
     assert "| pos_encoding=rope | 3 | failed |  | rope-s3 | failed at step 30 |" in md
     assert "broken/results.json: not valid JSON" in md
-    for png in ("val_loss_curves.png", "val_loss_best_by_group.png"):
+    for png in ("val_nll_curves.png", "val_nll_best_by_group.png"):
         data = (runs_dir / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
         assert f"]({png})" in md
@@ -113,7 +118,7 @@ def test_metric_option_selects_the_headline(runs_dir, tmp_path, capsys):
     argv = [str(runs_dir), "--metric", "test/exact_match", "--out", str(out_dir)]
     assert compare.main(argv) == 0
     header = capsys.readouterr().out.splitlines()[1]
-    assert "test/exact_match mean" in header and "val/loss_best" not in header
+    assert "test/exact_match mean" in header and "val/nll_best" not in header
     assert (out_dir / "test_exact_match_by_group.png").exists()
     assert not (runs_dir / "comparison.md").exists()  # --out wins over the first PATH
     assert compare.main([str(runs_dir), "--metric", "val/bleu"]) == 2
@@ -170,7 +175,77 @@ def test_trials_without_results_come_from_the_sweep_summary(runs_dir, capsys):
 
 
 def test_read_curve_skips_sparse_rows(runs_dir):
-    steps, values = read_curve(runs_dir / "rope-s1" / "metrics.csv", "val/loss")
+    steps, values = read_curve(runs_dir / "rope-s1" / "metrics.csv", "val/nll")
     assert steps == [0, 10, 20, 30]
     assert values[0] == pytest.approx(6.0)
-    assert read_curve(runs_dir / "rope-s3" / "metrics.csv", "val/loss") == ([], [])
+    assert read_curve(runs_dir / "rope-s3" / "metrics.csv", "val/nll") == ([], [])
+
+
+def test_runs_never_validated_still_get_plots_of_their_test_metrics(tmp_path, capsys):
+    """A sweep of runs shorter than val_check_interval (before ValidateAtEnd): no val/* metric
+    and no validation curve; the report still draws the test metrics per group."""
+    root = tmp_path / "short"
+    for pe in ("rope", "alibi"):
+        for seed in (1, 2):
+            run_dir = root / f"{pe}-s{seed}"
+            write_run(run_dir, pe, seed, "completed", None, 0.5 + 0.1 * seed)
+            record = json.loads((run_dir / "results.json").read_text())
+            record["metrics"]["test/nll"] = 1.0 + seed
+            (run_dir / "results.json").write_text(json.dumps(record))
+            (run_dir / "metrics.csv").write_text("epoch,step,train/loss\n0,1,3.0\n")
+    assert compare.main([str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "test/nll mean" in out.splitlines()[1]  # the headline falls back to a test metric
+    for png in ("test_nll_by_group.png", "test_exact_match_by_group.png"):
+        assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_extrapolation_is_drawn_against_length_per_group(tmp_path, capsys):
+    """results.json's "extrapolation" becomes one line per group (mean ± std over seeds) and a
+    table by length; a length the encoding could not represent shows as null."""
+    root = tmp_path / "extrap"
+    for pe, base in (("rope", 0.9), ("learned", 0.8)):
+        for seed in (1, 2, 3):
+            run_dir = root / f"{pe}-s{seed}"
+            write_run(run_dir, pe, seed, "completed", 1.0, 0.9)
+            record = json.loads((run_dir / "results.json").read_text())
+            record["extrapolation"] = {
+                str(n): {"exact_match": base / n + 0.01 * seed, "token_acc": 0.5, "nll": 1.0}
+                for n in (8, 16)
+            }
+            if pe == "learned":
+                record["extrapolation"]["32"] = {
+                    "exact_match": None, "token_acc": None, "nll": None, "reason": "learned ...",
+                }  # fmt: skip
+            else:
+                record["extrapolation"]["32"] = {"exact_match": 0.0, "token_acc": 0.1, "nll": 3.0}
+            (run_dir / "results.json").write_text(json.dumps(record))
+    assert compare.main([str(root)]) == 0
+    out = capsys.readouterr().out
+    rope = next(ln for ln in out.splitlines() if ln.startswith("pos_encoding=rope"))
+    mean16 = statistics.fmean([0.9 / 16 + 0.01 * s for s in (1, 2, 3)])
+    assert f"{mean16:.4g} ± 0.01 (n=3)" in rope
+    learned = next(ln for ln in out.splitlines() if ln.startswith("pos_encoding=learned"))
+    assert learned.rstrip().endswith("null (not representable)")
+    for metric in ("exact_match", "token_acc", "nll"):
+        assert (root / f"extrapolation_{metric}.png").read_bytes()[:4] == b"\x89PNG"
+    md = (root / "comparison.md").read_text()
+    assert "| exact_match by length | 8 | 16 | 32 |" in md
+    assert "![extrapolation_exact_match](extrapolation_exact_match.png)" in md
+
+
+def test_attnlab_eval_results_in_a_run_become_eval_metrics(runs_dir, capsys):
+    """<run_dir>/eval/greedy.json (attnlab-eval out=<run_dir>/eval/greedy) -> eval/greedy/bleu."""
+    for seed, bleu in ((1, 20.0), (2, 22.0)):
+        eval_dir = runs_dir / f"rope-s{seed}" / "eval"
+        eval_dir.mkdir()
+        (eval_dir / "greedy.json").write_text(json.dumps({"bleu": bleu, "chrf": 50.0, "n": 3}))
+    assert compare.main([str(runs_dir), "--metric", "eval/greedy/bleu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "eval/greedy/bleu mean" in lines[1] and "eval/greedy/chrf (mean ± std, n)" in lines[1]
+    rope = next(ln for ln in lines if ln.startswith("rope "))
+    assert rope.split()[5:8] == ["21", f"{statistics.stdev([20.0, 22.0]):.4g}", "2"]
+    assert compare.main([str(runs_dir), "--columns", "eval/*/bleu", "--columns", "test/ex*"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "eval/greedy/bleu (mean" in header and "test/exact_match (mean" in header
+    assert "chrf" not in header

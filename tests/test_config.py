@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from attnlab.config.plain import to_plain
 from attnlab.config.schema import HARNESS_MODEL_KEYS, ModelConfig
+from attnlab.config.trainer_schema import ATTNLAB_SETS, TrainerConfig
 from attnlab.config.validate import transformer_config, validate_config
 from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model import Transformer, TransformerConfig
@@ -32,7 +33,7 @@ def test_groups_have_the_required_options():
     assert {"small", "lm_small", "transformer_base", "transformer_big"} <= set(_options("model"))
     assert {"copy", "reverse", "sort"} <= set(_options("data"))
     assert {"cpu", "gpu", "ddp"} <= set(_options("trainer"))
-    assert {"wandb", "csv", "none"} <= set(_options("logger"))
+    assert {"wandb", "csv", "none", "tensorboard"} <= set(_options("logger"))
     assert {"noam", "inverse_sqrt", "cosine", "constant"} <= set(_options("scheduler"))
     for group in ("optim", "callbacks", "experiment"):
         assert _options(group)
@@ -136,13 +137,34 @@ def test_every_trainer_option_is_trainer_kwargs(compose, option):
         assert kwargs["strategy"] == "ddp" and kwargs["devices"] == 2
 
 
-@pytest.mark.parametrize("option", _options("logger"))
+def test_trainer_keys_are_exactly_the_arguments_of_lightning_trainer():
+    keys = {f.name for f in fields(TrainerConfig)}
+    assert not keys & set(ATTNLAB_SETS)
+    assert keys | set(ATTNLAB_SETS) == set(inspect.signature(L.Trainer.__init__).parameters) - {
+        "self"
+    }
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["trainer.fast_dev_run=true", "trainer.profiler=simple", "trainer.overfit_batches=2",
+     "trainer.detect_anomaly=true", "trainer.accumulate_grad_batches=2", "trainer.min_steps=3"],
+)  # fmt: skip
+def test_lightning_switches_need_no_plus(compose, override):
+    key, value = override.split("=")
+    assert str(OmegaConf.select(compose([override]), key)).lower() == value
+
+
+@pytest.mark.parametrize(
+    "option", [*_options("logger"), "[wandb,tensorboard]", "[csv,tensorboard]"]
+)
 def test_every_logger_option_builds(compose, option, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     cfg = compose([f"logger={option}"])
     names = [type(lg).__name__ for lg in build_loggers(cfg, tmp_path, "run")]
-    assert names[0] == "CSVLogger"  # metrics.csv, always
-    assert ("WandbLogger" in names) == (option == "wandb")
+    assert names[0] == "ContinuingCSVLogger"  # metrics.csv, always
+    assert ("ReplayingWandbLogger" in names) == ("wandb" in option)
+    assert ("ReplayingTensorBoardLogger" in names) == ("tensorboard" in option)
 
 
 @pytest.mark.parametrize("option", _options("callbacks"))
@@ -155,8 +177,14 @@ def test_every_callbacks_option_instantiates(compose, option, tmp_path):
 
 
 @pytest.mark.parametrize("option", _options("experiment"))
-def test_every_experiment_composes_and_validates(compose, option):
+def test_every_experiment_composes_and_validates(compose, option, tmp_path):
     cfg = compose([f"experiment={option}"])
+    if cfg.data.get("train_src", "") is None:  # data given by path (paper_*: WMT14)
+        files = []
+        for key in ("train_src", "train_tgt", "val_src", "val_tgt"):
+            (tmp_path / key).write_text("a line\nanother line\n")
+            files.append(f"data.{key}={tmp_path / key}")
+        cfg = compose([f"experiment={option}", *files])
     validate_config(cfg)
     assert cfg.name == option  # presets name their runs
 
@@ -195,7 +223,7 @@ def test_validate_config_names_model_keys(compose):
         validate_config(compose(["model.dropout=-0.1"]))
     with pytest.raises(ValueError, match=r"data\.train_len"):
         validate_config(compose(["data.train_len=[4,2]"]))
-    with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(13\)"):
+    with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(14\)"):
         validate_config(compose(["model.pos_encoding=learned", "model.max_len=10"]))
     with pytest.raises(ValueError, match=r"model\.foo is not a model option"):
         validate_config(compose(["+model.foo=1"]))

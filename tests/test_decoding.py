@@ -3,27 +3,16 @@
 import pytest
 import torch
 
-from attnlab.model import POS_ENCODINGS, Transformer, TransformerConfig
+from attnlab.model import POS_ENCODINGS, Transformer
 from attnlab.model.decoding import beam_search, generate, gnmt_length_penalty, greedy_decode
+from model_utils import tiny
 
 V, BOS, EOS, PAD = 30, 2, 3, 0
 
 
 def model_for(pe="sinusoidal", arch="encoder_decoder", seed=0):
     torch.manual_seed(seed)
-    cfg = TransformerConfig(
-        vocab_size=V,
-        arch=arch,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        pos_encoding=pe,
-        max_len=128,
-    )
-    return Transformer(cfg).eval()
+    return Transformer(tiny(vocab_size=V, arch=arch, pos_encoding=pe, max_len=128)).eval()
 
 
 def source(b=3, s=6):

@@ -117,6 +117,12 @@ def test_eval_reproduces_the_callback_and_writes_json_and_hypotheses(run, capsys
     assert results["bleu"] == pytest.approx(train_metrics["test/bleu"], abs=0.01)
     assert results["chrf"] == pytest.approx(train_metrics["test/chrf"], abs=0.01)
     assert results["perplexity"] == pytest.approx(train_metrics["test/perplexity"], rel=1e-3)
+    import sacrebleu  # chrF is sacreBLEU's chrF, chrF++ only under that name
+
+    refs = read_lines(run["files"]["test_tgt"])
+    assert results["chrf"] == round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)
+    assert results["chrf++"] == round(sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score, 2)
+    assert results["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
 
 
 def test_averaging_identical_checkpoints_changes_nothing(run, capsys, tmp_path):
@@ -202,3 +208,22 @@ def test_bad_input_exits_2_with_one_line(run, capsys, tmp_path, args, message):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("attnlab-eval: error: ")
     assert message.format(**names) in err
+
+
+def test_attention_command_on_a_sentence(run, tmp_path):
+    """attnlab-attention on a translation checkpoint: the run's tokenizer, source + [EOS] as the
+    encoder reads it, [BOS] + target as the decoder does."""
+    import numpy as np
+
+    from attnlab.cli.attention import main as attention_main
+
+    ckpt = run["run_dir"] / "checkpoints" / "last.ckpt"
+    source, target = "A man rides a bike.", "Ein Mann fährt Rad."
+    assert attention_main([str(ckpt), source, "--target", target, "--out", str(tmp_path)]) == 0
+    tokenizer = Tokenizer.from_file(run["run_dir"] / "tokenizer.model")
+    s, t = len(tokenizer.encode(source)) + 1, len(tokenizer.encode(target)) + 1
+    arrays = np.load(tmp_path / "attention.npz")
+    assert arrays["encoder.layers.0.self_attn"].shape == (2, s, s)
+    assert arrays["decoder.layers.0.cross_attn"].shape == (2, t, s)
+    assert np.all(np.triu(arrays["decoder.layers.0.self_attn"], k=1) == 0.0)
+    assert (tmp_path / "decoder.layers.0.cross_attn.png").read_bytes()[:4] == b"\x89PNG"

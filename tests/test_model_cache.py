@@ -9,7 +9,6 @@ from attnlab.model import (
     KVCache,
     LayerCache,
     Transformer,
-    TransformerConfig,
 )
 from attnlab.model.decoding import (
     _forbid_specials,
@@ -19,25 +18,14 @@ from attnlab.model.decoding import (
     gnmt_length_penalty,
     max_output_lengths,
 )
+from model_utils import tiny
 
 V, BOS, EOS, PAD = 30, 2, 3, 0
 
 
 def model_for(pe="sinusoidal", seed=0, **overrides):
     torch.manual_seed(seed)
-    cfg = TransformerConfig(
-        vocab_size=V,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        pos_encoding=pe,
-        max_len=128,
-        **overrides,
-    )
-    return Transformer(cfg).eval()
+    return Transformer(tiny(vocab_size=V, pos_encoding=pe, max_len=128, **overrides)).eval()
 
 
 def source(b=3, s=6, seed=1):

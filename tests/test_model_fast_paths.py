@@ -5,29 +5,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.model import Transformer, TransformerConfig
+from attnlab.model import Transformer
 from attnlab.model import stacks as stacks_module
+from model_utils import PAD, tiny, tokens
 
-V, PAD = 40, 0
 ARCHS = ["encoder_decoder", "decoder_only"]
-
-
-def tiny(**overrides) -> TransformerConfig:
-    base = dict(
-        vocab_size=V,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        max_len=64,
-    )
-    return TransformerConfig(**(base | overrides))
-
-
-def tokens(b, t, seed=0):
-    return torch.randint(4, V, (b, t), generator=torch.Generator().manual_seed(seed))
 
 
 def batch(padded: bool):

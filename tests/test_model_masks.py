@@ -4,28 +4,9 @@ and the two controls for classic mistakes (attn_scale, mask_source_padding)."""
 import pytest
 import torch
 
-from attnlab.model import POS_ENCODINGS, MultiHeadAttention, Transformer, TransformerConfig
+from attnlab.model import POS_ENCODINGS, MultiHeadAttention, Transformer
 from attnlab.model.attention import scaled_dot_product_attention
-
-V, PAD = 40, 0
-
-
-def tiny(**overrides) -> TransformerConfig:
-    base = dict(
-        vocab_size=V,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        max_len=64,
-    )
-    return TransformerConfig(**(base | overrides))
-
-
-def tokens(b, t, seed=0):
-    return torch.randint(4, V, (b, t), generator=torch.Generator().manual_seed(seed))
+from model_utils import PAD, tiny, tokens
 
 
 def test_a_fully_masked_row_gets_zero_weights_and_output_not_nan():

@@ -12,30 +12,10 @@ from attnlab.model import (
     Encoder,
     RotaryEmbedding,
     Transformer,
-    TransformerConfig,
 )
 from attnlab.model import stacks as stacks_module
 from attnlab.model.layers import DecoderLayer
-
-V, PAD = 40, 0
-
-
-def tiny(**overrides) -> TransformerConfig:
-    base = dict(
-        vocab_size=V,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        max_len=64,
-    )
-    return TransformerConfig(**(base | overrides))
-
-
-def tokens(b, t, seed=0):
-    return torch.randint(4, V, (b, t), generator=torch.Generator().manual_seed(seed))
+from model_utils import PAD, tiny, tokens
 
 
 def test_the_transformer_composes_an_encoder_and_a_decoder():

@@ -9,6 +9,7 @@ from attnlab.runs.identity import (
     run_hash,
     wandb_run_id,
 )
+from attnlab.runs.record import run_name
 from attnlab.sweeps.runner import TrialResult, finish
 from attnlab.sweeps.spec import Trial
 
@@ -36,6 +37,14 @@ def test_readable_names_and_fresh_directories():
     assert fresh.startswith(run_dir_name("exp", [], 1) + "-") and fresh != run_dir_name(
         "exp", [], 1
     )
+
+
+def test_paths_stay_out_of_names_but_not_out_of_the_hash():
+    with_path = ["data.root=/data/multi30k", "experiment=multi30k", "data.src_file=~/x.en"]
+    name = run_dir_name("exp", with_path, 1)
+    assert name.startswith("experiment_multi30k-") and "data" not in name.split("-")[0]
+    assert run_dir_name("exp", ["data.root=/elsewhere", *with_path[1:]], 1) != name
+    assert run_name(["data.root=/data/multi30k", "optim.lr=.5"], default="d") == "lr=.5"
 
 
 def test_wandb_id_follows_the_run_directory(tmp_path):

@@ -97,3 +97,27 @@ def test_bad_scheduler_arguments_name_the_key():
         build_schedule("noam", lr=1e-3, d_model=64, warmup_steps=-1)
     with pytest.raises(ValueError, match=r"max_steps"):
         build_schedule("cosine", lr=1e-3, d_model=64, warmup_steps=0, max_steps=None)
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+@pytest.mark.parametrize("warmup", [0, 100, 400])
+def test_peak_lr_is_the_peak_of_every_schedule_whatever_the_warmup(name, warmup):
+    """scheduler.peak_lr holds the peak fixed across warmups, noam's included (whose own peak,
+    (d_model * warmup)^-0.5, moves with the warmup)."""
+    schedule = build_schedule(
+        name, lr=1.0, d_model=64, warmup_steps=warmup, max_steps=2000, peak_lr=2e-3
+    )
+    values = [schedule(s) for s in range(1, 2001)]
+    assert max(values) == pytest.approx(2e-3)
+    assert values.index(max(values)) + 1 == max(warmup, 1)  # reached when the warmup ends
+
+
+def test_noam_without_warmup_and_without_a_peak_is_refused_with_the_spike_named(compose):
+    from attnlab.config.validate import validate_config
+
+    cfg = compose(["scheduler=noam", "scheduler.warmup_steps=0", "model=transformer_base"])
+    with pytest.raises(ValueError, match=r"scheduler.warmup_steps=0 .*63x.*scheduler.peak_lr"):
+        validate_config(cfg)
+    validate_config(
+        compose(["scheduler=noam", "scheduler.warmup_steps=0", "scheduler.peak_lr=7e-4"])
+    )

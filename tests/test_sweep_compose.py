@@ -34,18 +34,35 @@ def test_there_are_sweep_files():
     assert len(_points()) >= 54
 
 
-def test_every_grid_point_composes_and_validates():
+def _data_paths(tmp_path: Path) -> list[str]:
+    """Tiny line-aligned files for the sweeps whose data is given by path (paper_base: WMT14)."""
+    paths = []
+    for split in ("train", "val", "test"):
+        for side in ("src", "tgt"):
+            path = tmp_path / f"{split}.{side}"
+            path.write_text("".join(f"a sentence number {i}\n" for i in range(4)))
+            paths.append(f"data.{split}_{side}={path}")
+    return paths
+
+
+def test_every_grid_point_composes_and_validates(tmp_path):
     failures = []
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for label, overrides in _points():
             try:
-                cfg = compose(config_name="train", overrides=overrides)
+                paths = _data_paths(tmp_path) if "experiment=paper_base" in overrides else []
+                cfg = compose("train", [*overrides, *paths], return_hydra_config=True)
+                choices = dict(cfg.hydra.runtime.choices)
+                del cfg.hydra
                 validate_config(cfg)
             except Exception as err:  # collect every bad point, then fail once
                 failures.append(f"{label}: {type(err).__name__}: {err}")
                 continue
             for override in overrides:  # each value arrived where it was meant to go
                 key, _, value = override.lstrip("+").partition("=")
+                if key in choices:  # a config group (model=lm_small, +table3=A1): its choice
+                    assert choices[key] == value, (label, override, choices[key])
+                    continue
                 actual = OmegaConf.select(cfg, key)
                 if OmegaConf.is_config(actual):
                     actual = OmegaConf.to_container(actual)

@@ -42,13 +42,20 @@ def test_same_seed_same_batches_other_seed_other_batches():
     assert not torch.equal(a.datasets["train"][0]["src"], a.datasets["train"][1]["src"])
 
 
-def test_train_and_eval_lengths_follow_their_ranges():
-    dm = _dm(train_len=[2, 4], eval_len=[9, 11], batch_size=64)
-    train_lengths = (dm.datasets["train"][0]["src"] != PAD_ID).sum(1)
-    val_lengths = (dm.datasets["val"][0]["src"] != PAD_ID).sum(1)
-    assert train_lengths.min() >= 2 and train_lengths.max() <= 4
-    assert val_lengths.min() >= 9 and val_lengths.max() <= 11  # longer than training
-    assert dm.max_seq_len == 12
+def test_train_val_and_test_lengths_follow_their_ranges():
+    """Validation (model selection) is in distribution unless val_len says otherwise; the test
+    split follows eval_len; eval_lengths (scored one by one) do not bound max_seq_len."""
+    dm = _dm(train_len=[2, 4], eval_len=[9, 11], eval_lengths=[40], batch_size=64)
+
+    def lengths(split):
+        return (dm.datasets[split][0]["src"] != PAD_ID).sum(1)
+
+    assert lengths("train").min() >= 2 and lengths("train").max() <= 4
+    assert lengths("val").min() >= 2 and lengths("val").max() <= 4  # val_len: train_len
+    assert lengths("test").min() >= 9 and lengths("test").max() <= 11  # longer than training
+    assert dm.max_seq_len == 13  # tgt_in [BOS] y of 11, and one decoding step past it
+    dm = _dm(train_len=[2, 4], val_len=[5, 6], batch_size=64)
+    assert lengths("val").min() >= 5 and lengths("val").max() <= 6
 
 
 def test_eval_sets_have_the_configured_size():

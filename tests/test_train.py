@@ -106,6 +106,17 @@ def test_failure_is_recorded_and_raised(compose, tiny_run, tmp_path, monkeypatch
     assert results["status"] == "failed" and "boom at step 0" in results["error"]
 
 
+def test_fast_dev_run_is_recorded_as_debug_with_its_metrics(compose, tiny_run, tmp_path):
+    from attnlab.runs.status import exit_code
+
+    results, run_dir = _run(compose, tiny_run, tmp_path, "trainer.fast_dev_run=true")
+    assert results["status"] == "debug" and exit_code([results["status"]]) == 0
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["train/loss"] != "" for r in rows].count(True) == 1  # one batch of each split
+    assert any(r["val/loss"] for r in rows) and any(r["test/loss"] for r in rows)
+
+
 def test_non_finite_loss_ends_the_run_as_diverged(compose, tiny_run, tmp_path, monkeypatch):
     import attnlab.training.module as module
 
@@ -114,9 +125,16 @@ def test_non_finite_loss_ends_the_run_as_diverged(compose, tiny_run, tmp_path, m
         return nan, nan, (targets != pad_id).sum()
 
     monkeypatch.setattr(module, "label_smoothed_nll", nan_loss)
-    results, run_dir = _run(compose, tiny_run, tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    results, run_dir = _run(compose, tiny_run, tmp_path, "logger=wandb")
     assert results["status"] == "diverged" and results["steps"] <= 1  # stopped at once
     assert json.loads((run_dir / "results.json").read_text())["status"] == "diverged"
+    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    inspect = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_file)]
+    records = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout
+    (exit_record,) = [r for r in map(json.loads, records.splitlines()) if r["type"] == "exit"]
+    assert exit_record["exit"]["exit_code"] == 3  # W&B marks the run failed (diverged: 3)
 
 
 def _wandb_config(run_file: Path) -> dict:

@@ -6,28 +6,7 @@ import pytest
 import torch
 
 from attnlab.model import NORM_POSITIONS, POS_ENCODINGS, Transformer, TransformerConfig
-
-V = 40
-
-
-def tiny(**overrides) -> TransformerConfig:
-    base = dict(
-        vocab_size=V,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        max_len=64,
-    )
-    base.update(overrides)
-    return TransformerConfig(**base)
-
-
-def tokens(b, t, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(4, V, (b, t), generator=g)
+from model_utils import V, tiny, tokens
 
 
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])

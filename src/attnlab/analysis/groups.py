@@ -24,7 +24,17 @@ DEFAULT_IGNORE = (
     "*_dir",
     "*.dir",
 )
-DEFAULT_METRICS = ("val/loss_best", "val/loss")
+# Headline by default: unsmoothed first (a label-smoothing ablation ranked on the smoothed
+# val/loss is biased), then test metrics for runs that were never validated.
+DEFAULT_METRICS = (
+    "val/nll_best",
+    "val/nll",
+    "val/loss_best",
+    "val/loss",
+    "test/nll",
+    "test/perplexity",
+    "test/loss",
+)
 MISSING = "<missing>"
 
 
@@ -85,7 +95,9 @@ def group_metric(group: Group, metric: str) -> tuple[float | None, float | None,
 
 
 def choose_metrics(runs: Sequence[Run], requested: str | None) -> tuple[str | None, list[str]]:
-    """The headline metric (requested, else val/loss_best, else val/loss) and the test/* ones."""
+    """The headline metric (requested, else the first of DEFAULT_METRICS present, else the
+    first test/* metric) and the test/* and eval/* ones (eval/<name>/<score>: attnlab-eval
+    results saved in the run directory)."""
     available = sorted({m for r in runs for m in r.metrics})
     if requested is not None:
         if requested not in available:
@@ -95,8 +107,10 @@ def choose_metrics(runs: Sequence[Run], requested: str | None) -> tuple[str | No
             )
         headline = requested
     else:
+        tests_present = [m for m in available if m.startswith("test/")]
         headline = next((m for m in DEFAULT_METRICS if m in available), None)
-    tests = [m for m in available if m.startswith("test/") and m != headline]
+        headline = headline or next(iter(tests_present), None)
+    tests = [m for m in available if m.startswith(("test/", "eval/")) and m != headline]
     return headline, tests
 
 

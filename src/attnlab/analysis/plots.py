@@ -77,7 +77,8 @@ def _draw_mean_curve(ax, group: Group, metric: str, color: str, label: str) -> l
     steps = np.array(sorted(by_step))
     mean = np.array([np.mean(by_step[s]) for s in steps])
     std = np.array([np.std(by_step[s], ddof=1) if len(by_step[s]) > 1 else 0.0 for s in steps])
-    ax.plot(steps, mean, color=color, label=f"{label} (n={len(group.completed())})")
+    marker = "o" if len(steps) < 3 else None  # a curve of one or two points is still seen
+    ax.plot(steps, mean, color=color, marker=marker, label=f"{label} (n={len(group.completed())})")
     ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, lw=0)
     return [*(mean - std), *(mean + std)]
 

@@ -75,9 +75,14 @@ def write_markdown(
     runs: list[list[str]],
     unreadable: Sequence[tuple[Path, str]],
     images: Sequence[Path],
+    extra_tables: Sequence[list[list[str]]] = (),
 ) -> None:
-    """comparison.md: the group table, the runs, unreadable files and the plots."""
-    md = [f"# Comparison: {title}", "", markdown_table(table), "", "## Runs", ""]
+    """comparison.md: the group table (and any extra tables, e.g. per length), the runs,
+    unreadable files and the plots."""
+    md = [f"# Comparison: {title}", "", markdown_table(table), ""]
+    for extra in extra_tables:
+        md += [markdown_table(extra), ""]
+    md += ["## Runs", ""]
     md.append(markdown_table(runs))
     if unreadable:
         md += ["", "## Unreadable results.json", ""]

@@ -23,6 +23,8 @@ class Run:
     seed: Any = None
     error: str | None = None
     partial: bool = False  # config holds only the sweep parameters (a trial without results.json)
+    # results.json's "extrapolation": {"<length>": {metric: value or None, ...}}
+    extrapolation: dict[str, dict] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -77,11 +79,38 @@ def load_run(path: Path) -> Run:
     return Run(
         path=path,
         status=str(data.get("status") or "unknown"),
-        metrics=numbers,
+        metrics={**numbers, **eval_metrics(path.parent)},
         config=config,
         seed=data.get("seed", config.get("seed")),
         error=data.get("error"),
+        extrapolation=_extrapolation(data.get("extrapolation")),
     )
+
+
+EVAL_SCORES = ("bleu", "chrf", "chrf++", "nll", "perplexity")
+
+
+def eval_metrics(run_dir: Path) -> dict[str, float]:
+    """The scores of every attnlab-eval result saved in the run (<run_dir>/eval/<name>.json) as
+    eval/<name>/<score>, e.g. eval/greedy/bleu (unreadable files are skipped)."""
+    metrics = {}
+    for path in sorted((run_dir / "eval").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            for score in EVAL_SCORES:
+                if isinstance(data.get(score), int | float):
+                    metrics[f"eval/{path.stem}/{score}"] = float(data[score])
+    return metrics
+
+
+def _extrapolation(value: Any) -> dict[str, dict]:
+    """The per-length records whose keys are lengths (anything else is dropped)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if str(k).isdigit() and isinstance(v, dict)}
 
 
 def trials_without_results(paths: Iterable[str | os.PathLike], found: set[Path]) -> list[Run]:

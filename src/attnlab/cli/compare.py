@@ -6,15 +6,21 @@
 Every results.json below each PATH is one run (see docs/architecture.md). Runs are grouped by the
 config keys whose values differ between them (`seed`, run names, paths and logger settings
 excluded: DEFAULT_IGNORE, extend with --ignore); per group, the headline metric and
-every test/* metric are aggregated over the completed runs (mean, sample std, n). Diverged, failed
+every test/* metric (and eval/<name>/<score> from attnlab-eval results saved in a run's eval/
+folder) are aggregated over the completed runs (mean, sample std, n). Diverged, failed
 and interrupted runs are counted in the group's status, never silently dropped. Writes
-comparison.md, comparison.csv, <curve>_curves.png (validation loss per group, mean over seeds with
-a +-1 std band, runs that did not complete dotted) and <metric>_by_group.png (mean +- std).
+comparison.md, comparison.csv, <curve>_curves.png (validation NLL per group, mean over seeds with
+a +-1 std band, runs that did not complete dotted; without any validation curve, a plot per test
+metric instead) and <metric>_by_group.png (mean +- std). Runs whose results.json has
+"extrapolation" (data.eval_lengths) also get extrapolation_<metric>.png, each metric against
+length with one line per group (mean +- std over seeds, the training lengths shaded), and a table
+of the first of exact_match / perplexity per length.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import sys
 from pathlib import Path
 
@@ -38,8 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare runs (every results.json below each PATH), seeds aggregated.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="run, sweep or multirun directories")
-    p.add_argument("--metric", help="headline metric (default: val/loss_best, else val/loss)")
-    p.add_argument("--curve-metric", default="val/loss", help="metric of the curve plot")
+    p.add_argument(
+        "--metric",
+        help="headline metric (default: val/nll_best, else val/nll, val/loss_best, val/loss, "
+        "then test metrics)",
+    )
+    p.add_argument("--curve-metric", default="val/nll", help="metric of the curve plot")
     p.add_argument(
         "--group-by", action="append", metavar="KEY", help="group by this config key (repeatable)"
     )
@@ -49,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PATTERN",
         help="also ignore config keys matching this glob (repeatable), e.g. 'data.*'",
+    )
+    p.add_argument(
+        "--columns",
+        action="append",
+        metavar="PATTERN",
+        help="only the test/* and eval/* metrics matching this glob (repeatable), "
+        "e.g. 'eval/*/bleu'",
     )
     p.add_argument("--out", help="output directory (default: the first PATH, if a directory)")
     return p
@@ -67,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs, unreadable = read_runs(args.paths)
         headline, tests = _choose_metrics(runs, args.metric)
+        if args.columns:
+            tests = [m for m in tests if any(fnmatch.fnmatchcase(m, p) for p in args.columns)]
     except CompareError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return err.code
@@ -131,18 +150,47 @@ def write_report(out, title, table, groups, keys, headline, tests, unreadable, a
     written = [out / "comparison.md", out / "comparison.csv"]
     report.write_csv(out / "comparison.csv", groups, keys, headline, tests)
     curves = out / f"{args.curve_metric.replace('/', '_')}_curves.png"
-    if plot_curves(groups, names, args.curve_metric, curves):
+    has_curve = plot_curves(groups, names, args.curve_metric, curves)
+    if has_curve:
         written.append(curves)
     else:
-        print(f"no {args.curve_metric} in any metrics.csv: curve plot skipped")
-    if headline:
-        final = out / f"{headline.replace('/', '_')}_by_group.png"
-        plot_final(groups, names, headline, final)
-        written.append(final)
+        print(f"no {args.curve_metric} in any metrics.csv: plotting the test metrics instead")
+    # Without a validation curve, every test metric gets its own plot (a run that was never
+    # validated still has a picture).
+    for metric in dict.fromkeys([headline] + ([] if has_curve else tests)):
+        if metric:
+            final = out / f"{metric.replace('/', '_')}_by_group.png"
+            plot_final(groups, names, metric, final)
+            written.append(final)
+    extra_tables = _extrapolation(out, groups, names, written)
     runs = report.run_rows(groups, names, headline, out)
     images = [p for p in written if p.suffix == ".png"]
-    report.write_markdown(out / "comparison.md", title, table, runs, unreadable, images)
+    report.write_markdown(
+        out / "comparison.md", title, table, runs, unreadable, images, extra_tables
+    )
     return written
+
+
+def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[list[str]]]:
+    """extrapolation_<metric>.png per length metric (appended to `written`); the table of the
+    first metric, printed and returned for comparison.md."""
+    from attnlab.analysis.extrapolation import (
+        extrapolation_table,
+        length_metrics,
+        plot_extrapolation,
+    )
+
+    metrics = length_metrics([r for g in groups for r in g.runs])
+    for metric in metrics:
+        path = out / f"extrapolation_{metric}.png"
+        if plot_extrapolation(groups, names, metric, path):
+            written.append(path)
+    if not metrics:
+        return []
+    table = extrapolation_table(groups, names, metrics[0])
+    print()
+    print(text_table(table))
+    return [table]
 
 
 if __name__ == "__main__":

@@ -4,6 +4,14 @@
     attnlab-eval ckpt=outputs/.../checkpoints                  # average its periodic step=*.ckpt
     attnlab-eval ckpt=[a.ckpt,b.ckpt,c.ckpt] split=val decode.beam_size=1   # averaged, greedy
     attnlab-eval ckpt=last.ckpt src_file=newstest.en ref_file=newstest.de out=eval/newstest
+    attnlab-eval ckpt=<copy run>/checkpoints/last.ckpt eval.lengths=[8,16,32,64]   # per length
+
+Synthetic-task and language-model checkpoints are scored per length instead (length
+extrapolation): eval.lengths (default: the run's data.eval_lengths) one at a time, each with
+exact_match, token_acc and nll (synthetic; eval.n_examples examples of exactly that length) or
+perplexity, nll and token_acc (language models: the test text in non-overlapping blocks of that
+many tokens); a length that learned positions cannot represent is null with the reason.
+Writes <out>.json (default <run_dir>/eval/lengths.json) with "extrapolation" as in results.json.
 
 Options (key=value): ckpt (a file, a list of files, or a checkpoints directory: its step=<n>.ckpt
 files; `last=N` keeps the newest N), split (test | val | train, from the run's data config),
@@ -12,7 +20,7 @@ data.root=...), decode.beam_size / length_penalty / max_len_a / max_len_b (defau
 callbacks.translation_quality settings, else beam 4, length penalty 0.6, a=1, b=50; beam 1 is
 greedy), batch_size, device (auto | cpu | cuda), out.
 
-Prints BLEU and chrF (sacreBLEU on detokenized text, through torchmetrics), perplexity
+Prints BLEU, chrF and chrF++ (sacreBLEU on detokenized text), perplexity
 (teacher-forced, on the references) and writes <out>.json and <out>.hyp (one hypothesis per
 source line, in the input order). By default <out> is <run_dir>/eval/<split>. The run directory
 (the checkpoint's nearest parent holding config.yaml) must hold tokenizer.model.
@@ -44,6 +52,12 @@ class DecodeConfig:
 
 
 @dataclass
+class LengthsConfig:
+    lengths: list[int] = field(default_factory=list)  # empty: the run's data.eval_lengths
+    n_examples: int = 512  # per length (synthetic tasks)
+
+
+@dataclass
 class EvalConfig:
     ckpt: Any = MISSING  # one path, a list of paths (averaged) or a checkpoints directory
     last: int | None = None  # with a directory: average only its newest `last` checkpoints
@@ -55,6 +69,7 @@ class EvalConfig:
     device: str = "auto"
     out: str | None = None
     data: dict = field(default_factory=dict)  # overrides of the run's data config (e.g. root)
+    eval: LengthsConfig = field(default_factory=LengthsConfig)  # per-length scoring
 
 
 def parse_args(argv: list[str]) -> EvalConfig:
@@ -85,7 +100,10 @@ def _check(cfg) -> None:
 
     if (cfg.src_file is None) != (cfg.ref_file is None):
         raise EvalError("src_file and ref_file go together: give both or neither")
-    for key, value in (("decode.beam_size", cfg.decode.beam_size), ("batch_size", cfg.batch_size)):
+    checks = [("decode.beam_size", cfg.decode.beam_size), ("batch_size", cfg.batch_size)]
+    checks += [("eval.n_examples", cfg.eval.n_examples)]
+    checks += [("eval.lengths", n) for n in cfg.eval.lengths]
+    for key, value in checks:
         problem = integer_problem(key, value, 1)
         if problem:
             raise EvalError(problem)
@@ -101,31 +119,22 @@ def _run_decode_settings(run_dir: Path) -> dict:
 
 
 def evaluate(cfg: EvalConfig) -> dict:
-    """Translate and score the (averaged) checkpoint; write <out>.hyp and <out>.json."""
-    from attnlab.evaluation.checkpoints import load_model
+    """Translate and score the (averaged) checkpoint; write <out>.hyp and <out>.json. Synthetic
+    tasks and language models (or eval.lengths given): score per length instead."""
+    from attnlab.evaluation.checkpoints import device_of, load_model
+    from attnlab.evaluation.lengths import evaluate_checkpoint_lengths, is_length_task
 
     started = time.perf_counter()
     model, hparams, run_dir = load_model(cfg.ckpt)
-    if model.config.arch != "encoder_decoder":
-        raise EvalError(
-            "attnlab-eval translates with encoder_decoder checkpoints; "
-            f"{cfg.ckpt[0]} is {model.config.arch}"
-        )
-    device = _device(cfg.device)
+    if cfg.eval.lengths or model.config.arch != "encoder_decoder" or is_length_task(run_dir):
+        return evaluate_checkpoint_lengths(model, hparams, run_dir, cfg, started)
+    device = device_of(cfg.device)
     model.to(device)
     src_path, ref_path, name = _sources(cfg, run_dir)
     tokenizer, dataset, refs = _dataset(run_dir, src_path, ref_path, name, model.config.max_len)
     scores = _score(model, tokenizer, dataset, refs, cfg, device, hparams)
     out = Path(cfg.out) if cfg.out else run_dir / "eval" / name
     return _write(out, scores, cfg, src_path, ref_path, started)
-
-
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def _sources(cfg: EvalConfig, run_dir: Path) -> tuple[Path, Path, str]:
@@ -169,13 +178,12 @@ def _dataset(run_dir: Path, src_path: Path, ref_path: Path, name: str, max_len: 
 
 
 def _score(model, tokenizer, dataset, refs, cfg: EvalConfig, device, hparams) -> dict:
-    from attnlab.evaluation.translation import bleu_and_chrf, perplexity, translate
+    from attnlab.evaluation.translation import perplexity, sacrebleu_scores, translate
 
     bos, eos = hparams.get("bos_id", 2), hparams.get("eos_id", 3)
     hyps = translate(model, tokenizer, dataset, cfg.decode, cfg.batch_size, device, bos, eos)
-    bleu, chrf = bleu_and_chrf(hyps, refs)
     ppl, nll = perplexity(model, dataset, device, cfg.batch_size)
-    return {"hyps": hyps, "bleu": bleu, "chrf": chrf, "perplexity": ppl, "nll": nll}
+    return {"hyps": hyps, **sacrebleu_scores(hyps, refs), "perplexity": ppl, "nll": nll}
 
 
 def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started: float) -> dict:
@@ -185,6 +193,7 @@ def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started
     results = {
         "bleu": round(scores["bleu"], 2),
         "chrf": round(scores["chrf"], 2),
+        "chrf++": round(scores["chrf++"], 2),
         "perplexity": scores["perplexity"],
         "nll": scores["nll"],
         "n_sentences": len(scores["hyps"]),
@@ -212,13 +221,32 @@ def main(argv: list[str] | None = None) -> None:
     except EvalError as err:
         print(f"attnlab-eval: error: {err}", file=sys.stderr)
         sys.exit(2)
+    if "extrapolation" in results:
+        _print_lengths(results, cfg)
+        return
     print(
-        f"BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  "
+        f"BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  chrF++ {results['chrf++']:.2f}  "
         f"perplexity {results['perplexity']:.2f}  ({results['n_sentences']} sentences, "
         f"beam {cfg.decode.beam_size}, {len(cfg.ckpt)} checkpoint(s))"
     )
     print(f"results: {results['json']}")
     print(f"hypotheses: {results['hypotheses']}")
+
+
+def _print_lengths(record: dict, cfg: EvalConfig) -> None:
+    """The per-length table, then where the JSON went."""
+    from attnlab.analysis.tables import fmt_number, text_table
+
+    names = record["metrics"]
+    rows = [["length", *names, "note"]]
+    for length in record["lengths"]:
+        entry = record["extrapolation"][str(length)]
+        rows.append(
+            [str(length), *(fmt_number(entry.get(m)) for m in names), entry.get("reason", "")]
+        )
+    print(f"per length ({len(cfg.ckpt)} checkpoint(s)):")
+    print(text_table(rows))
+    print(f"results: {record['json']}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 
 The command line is checked first (attnlab.config.preflight: one line, exit 2); then Hydra runs
 attnlab.training.run.train once per job. The exit code is that of the worst job
-(attnlab.runs.status.EXIT_CODES).
+(attnlab.runs.status.EXIT_CODES), whichever launcher ran the jobs (attnlab.runs.multirun).
 """
 
 from __future__ import annotations
@@ -16,23 +16,7 @@ import sys
 
 PROG = "attnlab-train"
 
-_EXIT_STATUSES: list[str] = []
-
-
-def _run_dir_resolver(name: str, seed: int, resume: str) -> str:
-    """${attnlab_run_dir:${name},${seed},${resume}} in conf/train.yaml's hydra.run.dir."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from attnlab.runs.identity import run_dir_name
-
-    overrides = list(HydraConfig.get().overrides.task)
-    return run_dir_name(str(name), overrides, int(seed), fresh=str(resume) == "never")
-
-
-def register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    OmegaConf.register_new_resolver("attnlab_run_dir", _run_dir_resolver, replace=True)
+_EXIT_STATUSES: list[str] = []  # a single run's status (it runs in this process)
 
 
 def _task(cfg) -> dict:
@@ -40,12 +24,19 @@ def _task(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from attnlab.config.plain import to_plain
+    from attnlab.config.trainer_check import trainer_problem
     from attnlab.runs.identity import RunConfigChanged
     from attnlab.training.run import train
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
         cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
+    problem = trainer_problem(to_plain(cfg.trainer))  # on the machine the job runs on
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        _EXIT_STATUSES.append("config_error")
+        return {"status": "config_error", "error": problem}
     try:
         results = train(cfg, overrides=list(hydra_cfg.overrides.task))
     except RunConfigChanged as err:  # nothing was written: one line, exit 2
@@ -62,12 +53,50 @@ def main() -> None:
 
     from attnlab.config.location import conf_dir
     from attnlab.config.preflight import preflight
+    from attnlab.config.resolvers import register as register_resolvers
     from attnlab.runs.status import exit_code
 
     register_resolvers()
-    preflight(sys.argv[1:], conf_dir(), prog=PROG)
-    hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
-    sys.exit(exit_code(_EXIT_STATUSES))  # the worst status of the run or the multirun's jobs
+    jobs = preflight(sys.argv[1:], conf_dir(), prog=PROG)
+    if not _is_multirun(sys.argv[1:]):
+        hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
+        sys.exit(exit_code(_EXIT_STATUSES))
+    sys.exit(_multirun(jobs))
+
+
+def _add_override(override: str) -> None:
+    """Add `override` to sys.argv beside the others (argparse wants them in one run)."""
+    from hydra._internal.utils import get_args_parser
+
+    overrides = get_args_parser().parse_args(sys.argv[1:]).overrides
+    at = max(i for i, a in enumerate(sys.argv) if a == overrides[-1]) + 1 if overrides else None
+    sys.argv.insert(len(sys.argv) if at is None else at, override)
+
+
+def _is_multirun(argv: list[str]) -> bool:
+    return "-m" in argv or "--multirun" in argv
+
+
+def _multirun(jobs: int | None) -> int:
+    """Run the multirun; print which jobs did not succeed; the worst job's exit code."""
+    import hydra
+
+    from attnlab.config.location import conf_dir
+    from attnlab.runs import multirun
+
+    id_override = multirun.new_id_override()
+    _add_override(id_override)
+    launcher_code = 0
+    try:
+        hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
+    except SystemExit as err:  # Hydra reports a job that raised, then exits 1
+        launcher_code = err.code if isinstance(err.code, int) else 1
+    records = multirun.collect(id_override.rpartition("=")[2], jobs)
+    if not records:  # --help, --cfg and the like: no jobs ran
+        return launcher_code
+    for line in multirun.summary(records):
+        print(f"{PROG}: {line}")
+    return max(multirun.multirun_exit_code(records), launcher_code)
 
 
 if __name__ == "__main__":

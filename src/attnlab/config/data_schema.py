@@ -72,6 +72,7 @@ class _LMOptions(_TextDataConfig):
     batch_size: int | None = None  # blocks per step; null: max_tokens // block_size
     max_tokens: int = 16384
     splits: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
+    eval_lengths: list[int] = field(default_factory=list)  # context lengths scored at the end
 
 
 @dataclass

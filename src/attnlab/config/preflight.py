@@ -10,6 +10,7 @@ any error into e.g.
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -24,7 +25,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 import attnlab.config.schema  # noqa: F401 (registers the schemas in Hydra's ConfigStore)
 from attnlab.config.data_check import DataConfigError
+from attnlab.config.plain import to_plain
+from attnlab.config.trainer_check import REMOTE_LAUNCHERS, trainer_problem
+from attnlab.config.trainer_schema import ATTNLAB_SETS
 from attnlab.config.validate import validate_config
+from attnlab.validation import raise_first
 
 # Flags after which Hydra prints something instead of running: nothing to check.
 _INFO_FLAGS = (
@@ -58,14 +63,24 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
 
 def check(
     config_dir: Path | str, overrides: list[str], multirun: bool = False, config_name: str = "train"
-) -> None:
-    """Compose and validate the config(s) the command would run; raise ConfigError if bad."""
+) -> int:
+    """Compose and validate the config(s) the command would run (ConfigError if one is bad),
+    with what lightning.Trainer would refuse on this machine (unless the launcher runs the
+    jobs elsewhere); the number of jobs."""
+    local = not any(o.split("=")[-1] in REMOTE_LAUNCHERS for o in overrides if "launcher=" in o)
+    checked: set[str] = set()
     try:
         points = sweep_points(overrides) if multirun else [overrides]
         for point in points:
-            validate_config(compose_config(config_dir, point, config_name))
+            cfg = compose_config(config_dir, point, config_name)
+            validate_config(cfg)
+            trainer = to_plain(cfg.trainer)
+            if local and repr(trainer) not in checked:
+                checked.add(repr(trainer))
+                raise_first([trainer_problem(trainer)])
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(describe(err)) from None
+    return len(points)
 
 
 def describe(err: BaseException) -> str:
@@ -98,15 +113,24 @@ def _describe_omegaconf(err: OmegaConfBaseException, outer: BaseException) -> st
         expected = kind.get(converted.group(1), converted.group(1))
         return f"{key}={value!r} is not valid; expected {expected}"
     if re.match(r"Key '.*' not in '.*'$", msg):
-        where = key.rpartition(".")[0] or "the config"
-        parent = getattr(err, "parent_node", None)
-        known = [k for k in parent.keys() if k != "hydra"] if OmegaConf.is_dict(parent) else []
-        line = f"{key} is not a key of {where}"
-        if known:
-            line += f"; expected one of: {', '.join(map(str, known))}"
-        append = re.search(r"use (\+\S+)", str(outer))
-        return line + (f" (to add a new key use {append.group(1)})" if append else "")
+        return _unknown_key(key, getattr(err, "parent_node", None), outer)
     return f"{key}: {msg}"
+
+
+def _unknown_key(key: str, parent, outer: BaseException) -> str:
+    """'trainer.fast_dev_rn is not a key of trainer; did you mean trainer.fast_dev_run? ...'"""
+    where, _, name = key.rpartition(".")
+    if where == "trainer" and name in ATTNLAB_SETS:
+        return f"{key} is set by attnlab-train; use {ATTNLAB_SETS[name]}"
+    known = [str(k) for k in parent.keys() if k != "hydra"] if OmegaConf.is_dict(parent) else []
+    line = f"{key} is not a key of {where or 'the config'}"
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"{line}; did you mean {where + '.' if where else ''}{close[0]}?"
+    if known:
+        line += f"; expected one of: {', '.join(known)}"
+    append = re.search(r"use (\+\S+)", str(outer))
+    return line + (f" (to add a new key use {append.group(1)})" if append else "")
 
 
 def _first_line(text: str) -> str:
@@ -119,26 +143,35 @@ def _one_line(text: str) -> str:
     return "; ".join(lines)
 
 
-def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-train") -> None:
-    """Check the command line `argv` before Hydra runs it; exit 2 with one line if bad.
+def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-train") -> int | None:
+    """Check the command line `argv` before Hydra runs it; exit 2 with one line if bad. The
+    number of jobs it runs, where the preflight expanded them (None otherwise).
 
     Commands that only print (--help, --cfg, --info, ...) or use their own config location
-    (--config-path, --config-dir) are left to Hydra.
+    (--config-path) are left to Hydra; --config-dir (a folder of your own presets) is searched
+    after the shipped configs, as Hydra does.
     """
     try:
         args = get_args_parser().parse_args(argv)
     except SystemExit:  # bad flags: Hydra's own parser will say so
-        return
+        return None
     if any(getattr(args, flag, None) for flag in _INFO_FLAGS):
-        return
-    if args.config_path or args.config_dir:
-        return
+        return None
+    if args.config_path:
+        return None
+    overrides = list(args.overrides)
+    if args.config_dir:  # your own presets beside the shipped ones, as Hydra searches them
+        extra = Path(args.config_dir).resolve()
+        if not extra.is_dir():
+            print(f"{prog}: error: --config-dir {extra} is not a folder", file=sys.stderr)
+            raise SystemExit(2)
+        overrides.append(f"hydra.searchpath=[file://{extra}]")
     if args.multirun and any(o.startswith("hydra/sweeper=") for o in args.overrides):
-        return  # another sweeper's syntax (e.g. interval(0,1)) is not the basic sweeper's
+        return None  # another sweeper's syntax (e.g. interval(0,1)) is not the basic sweeper's
     try:
-        check(
+        return check(
             config_dir,
-            args.overrides,
+            overrides,
             multirun=args.multirun,
             config_name=args.config_name or "train",
         )

@@ -20,6 +20,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from attnlab.config.data_schema import TEXT_DATA_SCHEMAS
+from attnlab.config.resolvers import register as register_resolvers
+from attnlab.config.trainer_schema import TrainerConfig
 from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model.config import (
     ACTIVATIONS,
@@ -90,7 +92,9 @@ class ModelConfig:
 
 @dataclass
 class SyntheticDataConfig:
-    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive."""
+    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive: train_len
+    (training), val_len (validation, which selects the checkpoint; null: train_len), eval_len (the
+    test split); eval_lengths: lengths scored one by one at the end (length extrapolation)."""
 
     _target_: str = "attnlab.data.synthetic.SyntheticDataModule"
     name: SyntheticTask = SyntheticTask.reverse
@@ -98,6 +102,8 @@ class SyntheticDataConfig:
     n_symbols: int = 16
     train_len: list[int] = field(default_factory=lambda: [1, 12])
     eval_len: list[int] = field(default_factory=lambda: [1, 12])
+    val_len: list[int] | None = None
+    eval_lengths: list[int] = field(default_factory=list)
     batch_size: int = 64
     train_size: int = 1_000_000
     val_size: int = 512
@@ -126,13 +132,15 @@ class OptimConfig:
 @dataclass
 class SchedulerConfig:
     """attnlab.training.schedules; stepped every optimizer step. max_steps (cosine) defaults to
-    trainer.max_steps; scale multiplies noam's formula."""
+    trainer.max_steps; scale multiplies noam's formula; peak_lr (null: optim.lr, noam: its
+    formula) sets the peak of any schedule, noam's included."""
 
     name: Scheduler = Scheduler.noam
     warmup_steps: int = 4000
     scale: float = 1.0
     min_lr: float = 0.0
     max_steps: int | None = None
+    peak_lr: float | None = None
 
 
 @dataclass
@@ -147,32 +155,6 @@ class LossConfig:
 
 
 @dataclass
-class TrainerConfig:
-    """Keyword arguments of lightning.Trainer (see its docs for each)."""
-
-    accelerator: str = "cpu"
-    devices: Any = 1
-    num_nodes: int = 1
-    strategy: str = "auto"
-    precision: str = "32-true"
-    max_steps: int = -1
-    max_epochs: int | None = None
-    max_time: Any = None  # "DD:HH:MM:SS": stop training after this much wall time
-    val_check_interval: Any = None  # int: every N training batches, float: fraction of an epoch
-    check_val_every_n_epoch: int | None = 1
-    log_every_n_steps: int = 50
-    gradient_clip_val: float | None = None
-    accumulate_grad_batches: int = 1
-    deterministic: Any = False
-    enable_progress_bar: bool = True
-    enable_model_summary: bool = True
-    limit_train_batches: Any = None
-    limit_val_batches: Any = None
-    limit_test_batches: Any = None
-    num_sanity_val_steps: int = 2
-
-
-@dataclass
 class WandbConfig:
     """lightning WandbLogger. offline=true never tries to upload; without an API key or network
     the run goes offline by itself."""
@@ -184,10 +166,19 @@ class WandbConfig:
 
 
 @dataclass
+class TensorBoardConfig:
+    """lightning TensorBoardLogger: event files in <run_dir>/<subdir> (attnlab[tensorboard])."""
+
+    subdir: str = "tensorboard"
+
+
+@dataclass
 class LoggerConfig:
-    """Loggers besides the CSV one (metrics.csv is always written)."""
+    """Loggers besides the CSV one (metrics.csv is always written); several at once with
+    logger=[wandb,tensorboard]."""
 
     wandb: WandbConfig | None = None
+    tensorboard: TensorBoardConfig | None = None
 
 
 @dataclass
@@ -239,6 +230,7 @@ def register_configs() -> None:
     cs.store(name="synthetic_data_schema", node=SyntheticDataConfig)
     for name, schema in TEXT_DATA_SCHEMAS.items():  # attnlab.config.data_schema
         cs.store(name=name, node=schema)
+    register_resolvers()  # ${attnlab_accumulation:...} and friends in presets
 
 
 register_configs()

@@ -15,10 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.config.data_check import DataConfigError, check_data_config
 from attnlab.config.plain import to_plain
 from attnlab.config.schema import HARNESS_MODEL_KEYS, SyntheticDataConfig
+from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
 from attnlab.model.config import TransformerConfig
-from attnlab.training.schedules import SCHEDULERS
+from attnlab.training.schedules import SCHEDULERS, noam_problem
 from attnlab.validation import choice_problem, integer_problem, number_problem, raise_first
 
 __all__ = ["DataConfigError", "exact_match_enabled", "transformer_config", "validate_config"]
@@ -28,6 +29,7 @@ def validate_config(cfg: DictConfig) -> None:
     """Every check below, in turn; the first problem raises."""
     model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
     _check_schedule_and_loss(cfg)
+    check_values(cfg)
     _check_optimizer(cfg)
     _check_precision(cfg)
     _check_run_control(cfg)
@@ -85,6 +87,15 @@ def _check_schedule_and_loss(cfg: DictConfig) -> None:
             choice_problem("scheduler.name", scheduler["name"], SCHEDULERS),
             integer_problem("scheduler.warmup_steps", scheduler["warmup_steps"], 0),
             number_problem("loss.label_smoothing", cfg.loss.label_smoothing, 0.0, 1.0),
+            None
+            if scheduler.get("peak_lr") is None
+            else number_problem("scheduler.peak_lr", scheduler["peak_lr"], 0.0, low_open=True),
+            noam_problem(
+                scheduler["name"],
+                scheduler["warmup_steps"],
+                scheduler.get("peak_lr"),
+                int(cfg.model.d_model),
+            ),
         ]
     )
 

@@ -5,6 +5,9 @@ tokenized with a SentencePiece model trained on the train part (char-level by de
 and spaces kept exactly), and served as blocks of `block_size` tokens:
 tokens = block[:-1], targets = block[1:] (docs/architecture.md). Training blocks start at a
 random offset each epoch and come shuffled; val / test blocks are fixed and non-overlapping.
+`eval_lengths` lists context lengths at which the test text is scored after training
+(`context_batches`: non-overlapping blocks of that length, every token predicted once), for
+perplexity against context length (attnlab.training.extrapolation).
 Epochs and distributed sharding work as in attnlab.data.translation.
 """
 
@@ -47,6 +50,7 @@ class LMTextDataModule(TokenizedDataModule):
         divide it); unset: max_tokens // block_size, rounded down to a multiple of W (at
         least W), so that the default works on any number of ranks.
     splits: (train, val, test) fractions of the text, contiguous, in that order.
+    eval_lengths: context lengths (tokens) to score the test text at after training.
     """
 
     task = "lm"
@@ -62,6 +66,7 @@ class LMTextDataModule(TokenizedDataModule):
         batch_size: int | None = None,
         max_tokens: int = 16384,
         splits: Sequence[float] = (0.9, 0.05, 0.05),
+        eval_lengths: Sequence[int] = (),
         seed: int = 0,
         num_workers: int = 0,
         cache_dir: str | None = None,
@@ -81,6 +86,7 @@ class LMTextDataModule(TokenizedDataModule):
         self.path = path
         self.splits = tuple(float(f) for f in splits)
         self.block_size = block_size
+        self.eval_lengths = [int(n) for n in eval_lengths]
         self.batch_size = batch_size or max(1, max_tokens // block_size)
         self._batch_size_given = batch_size is not None
         self.streams: dict[str, torch.Tensor] = {}
@@ -88,12 +94,14 @@ class LMTextDataModule(TokenizedDataModule):
 
     @staticmethod
     def own_problems(args: Mapping) -> list[str]:
-        """block_size >= 1, batch_size unset or >= 1, splits: 3 fractions >= 0 summing to 1."""
+        """block_size >= 1, batch_size unset or >= 1, splits: 3 fractions >= 0 summing to 1,
+        eval_lengths: integers >= 1."""
         batch_size = args["batch_size"]
         return present(
             integer_problem("data.block_size", args["block_size"], 1),
             None if batch_size is None else integer_problem("data.batch_size", batch_size, 1),
             _splits_problem(args["splits"]),
+            *(integer_problem("data.eval_lengths", n, 1) for n in args.get("eval_lengths", ())),
         )
 
     @classmethod
@@ -141,6 +149,22 @@ class LMTextDataModule(TokenizedDataModule):
         )
         for split in splits:
             log.info("%s: %d tokens", split, len(self.stream(split)))
+
+    def positions_needed(self, length: int) -> int:
+        """Positions a model reads at context length `length`."""
+        return length
+
+    def context_batches(self, length: int, split: str = "test") -> list[dict]:
+        """The text of `split` as non-overlapping blocks of `length` input tokens (each token
+        predicted once, with the context since its block's start), about max_tokens per batch."""
+        stream = self.stream(split)
+        dataset = TokenStreamDataset(stream, length)
+        starts = list(range(0, len(stream) - length, length))
+        per_batch = max(1, self.max_tokens // length)
+        return [
+            collate_lm([dataset[i] for i in starts[b : b + per_batch]])
+            for b in range(0, len(starts), per_batch)
+        ]
 
     def global_batch_size(self, num_replicas: int) -> int:
         """Blocks per step over all ranks: data.batch_size as given (the sampler checks that

@@ -1,8 +1,11 @@
 """Synthetic sequence tasks (copy, reverse, sort), generated from the seed: no files.
 
 Every batch is a pure function of (seed, split, batch index), so runs are reproducible.
-Training draws fresh examples for every batch; validation and test are fixed sets, with their
-own length range (`eval_len`), which may be longer than `train_len` to test length extrapolation.
+Training draws fresh examples for every batch; validation and test are fixed sets with their own
+length ranges: `val_len` (default: `train_len`), in distribution, selects the checkpoint;
+`eval_len` is the test split's. Length extrapolation is measured one length at a time:
+`eval_lengths` lists lengths whose examples (`length_batches`, all exactly that long) are scored
+at the end of training (attnlab.training.extrapolation) and by `attnlab-eval eval.lengths=[...]`.
 
 `batch_size` is the global batch. Under DDP with W ranks every rank generates global batch i and
 keeps its slice r (batch_size / W examples, trimmed to their own longest length), so the ranks
@@ -31,6 +34,17 @@ from attnlab.validation import choice_problem, integer_problem, not_valid, raise
 
 _SPLITS = {"train": 0, "val": 1, "test": 2}
 _SPECIAL_NAMES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
+
+
+def _lengths_problem(key: str, value) -> str | None:
+    """Unless `value` is a list of integers >= 1 (possibly empty)."""
+    try:
+        items = [] if isinstance(value, str) else list(value)
+    except TypeError:
+        return not_valid(key, value, "a list of lengths (integers >= 1)")
+    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in items):
+        return None
+    return not_valid(key, items, "a list of lengths (integers >= 1)")
 
 
 def _length_range_problem(key: str, value) -> str | None:
@@ -207,6 +221,8 @@ class SyntheticDataModule(L.LightningDataModule):
         n_symbols: int = 16,
         train_len=(1, 12),
         eval_len=(1, 12),
+        val_len=None,
+        eval_lengths=(),
         batch_size: int = 64,
         train_size: int = 1_000_000,
         val_size: int = 512,
@@ -221,8 +237,13 @@ class SyntheticDataModule(L.LightningDataModule):
                 choice_problem("data.arch", arch, tuple(TASK_OF_ARCH)),
                 *(
                     _length_range_problem(f"data.{k}", v)
-                    for k, v in (("train_len", train_len), ("eval_len", eval_len))
+                    for k, v in (
+                        ("train_len", train_len),
+                        ("eval_len", eval_len),
+                        ("val_len", train_len if val_len is None else val_len),
+                    )
                 ),
+                _lengths_problem("data.eval_lengths", eval_lengths),
                 integer_problem("data.n_symbols", n_symbols, 2),
                 integer_problem("data.batch_size", batch_size, 1),
                 integer_problem("data.train_size", train_size, 1),
@@ -238,6 +259,8 @@ class SyntheticDataModule(L.LightningDataModule):
             )
         self.name, self.arch, self.n_symbols = name, arch, n_symbols
         self.train_len, self.eval_len = tuple(train_len), tuple(eval_len)
+        self.val_len = self.train_len if val_len is None else tuple(val_len)
+        self.eval_lengths = [int(n) for n in eval_lengths]
         self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
 
@@ -246,9 +269,9 @@ class SyntheticDataModule(L.LightningDataModule):
         self.sep_id = NUM_SPECIAL + n_symbols if self.task == "lm" else None
         self.tokenizer = SymbolTokenizer(n_symbols, self.sep_id)
         self.vocab_size = self.tokenizer.vocab_size
-        # Longest sequence the model sees: lm packs [BOS] x [SEP] y (2 * L + 1 tokens).
-        longest = max(self.train_len[1], self.eval_len[1])
-        self.max_seq_len = 2 * longest + 1 if self.task == "lm" else longest + 1
+        # Longest sequence of the splits (eval_lengths may go beyond what a model represents).
+        longest = max(self.train_len[1], self.val_len[1], self.eval_len[1])
+        self.max_seq_len = self.positions_needed(longest)
         self.datasets: dict[str, SyntheticBatches] = {}
 
     def make_batch(
@@ -266,11 +289,30 @@ class SyntheticDataModule(L.LightningDataModule):
             return seq2seq_batch(x, y, lengths)
         return lm_batch(x, y, lengths, self.sep_id)
 
+    def positions_needed(self, length: int) -> int:
+        """Positions a model reads for inputs of `length` symbols, greedy decoding included:
+        seq2seq: tgt_in [BOS] y (length + 1), one more step to emit EOS; lm: [BOS] x [SEP] y
+        (2 * length + 2)."""
+        return 2 * length + 2 if self.task == "lm" else length + 2
+
+    def length_batches(self, length: int, n_examples: int) -> list[dict]:
+        """n_examples fixed examples whose inputs are all exactly `length` symbols long, in
+        batches of batch_size (one process); the same for every run with this seed."""
+        batches = []
+        for i, start in enumerate(range(0, n_examples, self.batch_size)):
+            generator = torch.Generator().manual_seed(
+                hash((self.seed, "length", length, i)) & (2**63 - 1)
+            )
+            n = min(self.batch_size, n_examples - start)
+            batches.append(self.make_batch(n, (length, length), generator))
+        return batches
+
     def setup(self, stage: str | None = None) -> None:
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        ranges = {"train": self.train_len, "val": self.val_len, "test": self.eval_len}
         for split in _SPLITS:
-            length = self.train_len if split == "train" else self.eval_len
+            length = ranges[split]
             self.datasets[split] = SyntheticBatches(
                 self, split, self.sizes[split], length, rank=rank, world_size=world
             )

@@ -77,3 +77,34 @@ def load_model(paths: list[str]):
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     model.load_state_dict(weights)
     return model.eval(), hparams, find_run_dir(Path(paths[0]))
+
+
+def run_datamodule(run_dir: Path, data_overrides: dict | None = None):
+    """The run's DataModule, built from its config.yaml with `data_overrides` (e.g. a moved
+    data.root) and, for text, the run's own tokenizer.model."""
+    from hydra.utils import instantiate
+
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise EvalError(f"{cfg_path} not found: the checkpoint's run directory has no config")
+    extra = {}
+    if (run_dir / "tokenizer.model").is_file():
+        extra["tokenizer_path"] = str(run_dir / "tokenizer.model")
+    try:
+        data_cfg = OmegaConf.load(cfg_path).data
+        if extra and "tokenizer_path" in data_cfg:
+            data_cfg = OmegaConf.merge(data_cfg, extra)
+        data_cfg = OmegaConf.merge(data_cfg, data_overrides or {})
+        return instantiate(OmegaConf.to_container(data_cfg, resolve=True))
+    except Exception as err:  # a bad data.<key> override: instantiate wraps the cause
+        cause = err.__cause__ or err
+        raise EvalError(f"data: {str(cause).splitlines()[0]}") from None
+
+
+def device_of(name: str):
+    """torch.device for `device=` (auto: CUDA when available, else CPU)."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)

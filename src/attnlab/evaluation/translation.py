@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from attnlab.data.text import collate_seq2seq
@@ -19,19 +18,14 @@ from attnlab.model.decoding import beam_search, greedy_decode, max_output_length
 
 def split_files(run_dir: Path, split: str, data_overrides: dict) -> tuple[Path, Path]:
     """The source/reference files of `split`, from the run's own data config."""
-    from hydra.utils import instantiate
+    from attnlab.evaluation.checkpoints import run_datamodule
 
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise EvalError(f"{cfg_path} not found: give src_file and ref_file instead of split")
-    try:
-        data_cfg = OmegaConf.merge(OmegaConf.load(cfg_path).data, data_overrides)
-        datamodule = instantiate(OmegaConf.to_container(data_cfg, resolve=True))
-    except Exception as err:  # a bad data.<key> override: instantiate wraps the cause
-        cause = err.__cause__ or err
-        raise EvalError(f"data: {str(cause).splitlines()[0]}") from None
+    datamodule = run_datamodule(run_dir, data_overrides)
     if not hasattr(datamodule, "split_files"):
-        raise EvalError(f"data {data_cfg.get('name')!r} has no text splits to translate")
+        raise EvalError(f"data {type(datamodule).__name__} has no text splits to translate")
     try:
         return datamodule.split_files(split)
     except (KeyError, ValueError) as err:
@@ -85,10 +79,12 @@ def perplexity(model, dataset, device, batch_size: int) -> tuple[float, float]:
     return math.exp(min(nll, 50.0)), nll
 
 
-def bleu_and_chrf(hyps: list[str], refs: list[str]) -> tuple[float, float]:
-    from torchmetrics.text import CHRFScore, SacreBLEUScore
+def sacrebleu_scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
+    """sacreBLEU's BLEU (13a), chrF and chrF++ (word 2-grams) of detokenized hypotheses."""
+    import sacrebleu
 
-    wrapped = [[r] for r in refs]
-    bleu = SacreBLEUScore(tokenize="13a")(hyps, wrapped).item() * 100
-    chrf = CHRFScore()(hyps, wrapped).item() * 100
-    return bleu, chrf
+    return {
+        "bleu": sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score,
+        "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
+        "chrf++": sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score,
+    }

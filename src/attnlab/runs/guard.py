@@ -32,7 +32,7 @@ class RunState:
 @contextmanager
 def run_guard(state: RunState):
     """On any exception: results.json says "failed" ("interrupted" for Ctrl-C / SystemExit),
-    with the error, the steps done and the wall time; W&B is closed with a non-zero exit code;
+    with the error, the steps done and the wall time; W&B is closed with the status's exit code;
     the exception propagates."""
     try:
         yield state
@@ -45,5 +45,5 @@ def run_guard(state: RunState):
                 steps=state.steps(),
                 wall_time_s=state.wall_time(),
             )
-            finish_wandb(state.loggers, results, exit_code=1)
+            finish_wandb(state.loggers, results)
         raise

@@ -1,47 +1,56 @@
-"""The loggers of a run: metrics.csv always, W&B when configured (offline by itself)."""
+"""The loggers of a run: metrics.csv always; W&B (offline by itself) and TensorBoard when
+configured (`logger=wandb`, `logger=tensorboard`, `logger=[wandb,tensorboard]`). A resumed run
+continues their history (attnlab.runs.history)."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
+from attnlab.runs.history import logged_rows, wandb_segments
 from attnlab.runs.identity import wandb_run_id
 from attnlab.runs.wandb import wandb_mode, wandb_offline_reason
 
 PROG = "attnlab-train"
+TENSORBOARD_EXTRA = 'pip install "attnlab[tensorboard]"'
 
 
 def build_loggers(cfg, run_dir: Path, name: str) -> list:
-    """CSV (always: <run_dir>/metrics.csv) and W&B when cfg.logger.wandb is set."""
-    from lightning.pytorch.loggers import CSVLogger
+    """CSV (always: <run_dir>/metrics.csv), then W&B and TensorBoard where cfg.logger sets them."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    # The run directory already holds config.yaml: not a stale log directory.
-    warnings.filterwarnings(
-        "ignore", message="Experiment logs directory .* exists and is not empty"
-    )
-    loggers: list = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+    from attnlab.runs.lightning_loggers import ContinuingCSVLogger, ReplayingTensorBoardLogger
+
+    previous = logged_rows(run_dir)  # read before the CSV logger continues the file
+    loggers: list = [ContinuingCSVLogger(run_dir)]
     wandb_cfg = cfg.logger.get("wandb")
     if wandb_cfg is not None:
-        logger, offline_reason = _wandb_logger(cfg, wandb_cfg, run_dir, name)
+        logger, offline_reason = _wandb_logger(cfg, wandb_cfg, run_dir, name, previous)
         loggers.append(logger)
         if offline_reason and rank_zero_only.rank == 0 and wandb_mode() != "disabled":
-            run_path = Path(logger.experiment.dir).parent  # .../wandb/offline-run-<id>
-            print(
-                f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
-                f"wandb sync {run_path}"
-            )
+            print(f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
+                  f"{upload_command(run_dir, logger.experiment.id)}")  # fmt: skip
+    tensorboard_cfg = cfg.logger.get("tensorboard")
+    if tensorboard_cfg is not None:
+        loggers.append(ReplayingTensorBoardLogger(run_dir, previous, tensorboard_cfg.subdir))
     return loggers
 
 
-def _wandb_logger(cfg, wandb_cfg, run_dir: Path, name: str):
+def upload_command(run_dir: Path, run_id: str) -> str:
+    """`wandb sync` for every offline attempt of the run, oldest first, into one W&B run."""
+    segments = " ".join(str(s) for s in wandb_segments(run_dir, run_id))
+    return f"wandb sync --id {run_id} {segments}"
+
+
+def _wandb_logger(cfg, wandb_cfg, run_dir: Path, name: str, previous: list[dict]):
     import wandb
-    from lightning.pytorch.loggers import WandbLogger
+
+    from attnlab.runs.lightning_loggers import ReplayingWandbLogger
 
     offline_reason = wandb_offline_reason(force_offline=wandb_cfg.offline)
     # Offline, wandb's own console output is replaced by the one line build_loggers prints.
     settings = wandb.Settings(silent=offline_reason is not None)
-    logger = WandbLogger(
+    logger = ReplayingWandbLogger(
+        previous,
         name=name,
         project=wandb_cfg.project,
         entity=wandb_cfg.entity,

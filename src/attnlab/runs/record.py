@@ -72,18 +72,27 @@ def _split_override(override: str) -> tuple[str, str]:
     return key.lstrip("+~"), value
 
 
+def looks_like_path(value: str) -> bool:
+    """'/data/multi30k', 'data/x.en', '~/d', 'C:\\d': a file or folder, not a value to show."""
+    value = value.strip("'\"")
+    return "/" in value or "\\" in value or value.startswith("~")
+
+
 def run_name(overrides: list[str], default: str) -> str:
     """'pe=rope-norm=pre-h=8-s=1' from the overrides that change what is learned, in their
     order (a key given twice counts once, where it was last given), with the ALIASES (other
-    keys by their last part); `default` if there are none."""
+    keys by their last part); `default` if there are none. Paths are left out (the run
+    directory's hash covers them)."""
     parts: dict[str, str] = {}
     for override in overrides:
         key, value = _split_override(override)
         if not value or key.split(".")[0].split("/")[0] in _NOT_IN_NAME:
             continue
-        short = ALIASES.get(key, key.split(".")[-1])
         parts.pop(key, None)
-        value = value.strip("'\"").replace("/", "_").replace(" ", "")
+        if looks_like_path(value):
+            continue
+        short = ALIASES.get(key, key.split(".")[-1])
+        value = value.strip("'\"").replace(" ", "")
         parts[key] = f"{short}={value}"
     return "-".join(parts.values()) or default
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # What results.json can say, in the order reports list them.
-STATUSES = ("running", "completed", "failed", "diverged", "interrupted")
+# "debug": a trainer.fast_dev_run run (a few batches of each split, no checkpoints).
+STATUSES = ("running", "completed", "debug", "failed", "diverged", "interrupted")
 # A run that ended (results.json no longer changes).
-FINAL_STATUSES = ("completed", "failed", "diverged", "interrupted")
+FINAL_STATUSES = ("completed", "debug", "failed", "diverged", "interrupted")
 # Order in tables and counts: success first, then how runs went wrong, then the unfinished.
 REPORT_ORDER = (
     "completed",
+    "debug",
     "diverged",
     "failed",
     "interrupted",
@@ -26,7 +28,14 @@ REPORT_ORDER = (
 )
 
 # attnlab-train's exit code for each final status of a run (the worst run of a multirun wins).
-EXIT_CODES = {"completed": 0, "failed": 1, "config_error": 2, "diverged": 3, "interrupted": 4}
+EXIT_CODES = {
+    "completed": 0,
+    "debug": 0,
+    "failed": 1,
+    "config_error": 2,
+    "diverged": 3,
+    "interrupted": 4,
+}
 EXIT_OK = EXIT_CODES["completed"]
 EXIT_BAD_CONFIG = EXIT_CODES["config_error"]
 EXIT_DIVERGED = EXIT_CODES["diverged"]
@@ -41,7 +50,7 @@ def status_from_exit_code(code: int | None, interrupted: bool = False) -> str:
     """The status a run's exit code stands for, when its results.json does not say."""
     if interrupted:
         return "interrupted"
-    by_code = {c: s for s, c in EXIT_CODES.items()}
+    by_code = {c: s for s, c in reversed(EXIT_CODES.items())}  # 0: completed
     return by_code.get(code, "failed")
 
 

@@ -74,9 +74,12 @@ def wandb_id(loggers) -> str | None:
     return None
 
 
-def finish_wandb(loggers, results: dict, exit_code: int = 0) -> None:
+def finish_wandb(loggers, results: dict) -> None:
     """Final and best metrics and the status into the W&B summary; close the run (multirun
-    jobs share one process)."""
+    jobs share one process) with the status's exit code (attnlab.runs.status), so that W&B
+    marks failed, diverged and interrupted runs as failed."""
+    from attnlab.runs.status import exit_code
+
     for logger in _wandb_loggers(loggers):
         if logger._experiment is None:
             continue
@@ -86,4 +89,4 @@ def finish_wandb(loggers, results: dict, exit_code: int = 0) -> None:
         if results.get("diverged_step") is not None:
             summary["diverged_step"] = results["diverged_step"]
         logger.experiment.summary.update(summary)
-        wandb.finish(exit_code=exit_code)
+        wandb.finish(exit_code=exit_code([results["status"]]))

@@ -7,9 +7,10 @@ eps=1e-9 under a learning-rate schedule stepped every optimizer step (Sec. 5.3),
             (every trainer.log_every_n_steps steps, and the last; tokens_per_sec over the steps
             since the previous value, validation excluded)
     val/ test/  loss, nll, perplexity, token_acc, exact_match                 (every evaluation)
-    val/loss_best, val/exact_match_best
+    val/loss_best, val/nll_best, val/exact_match_best
 
-`loss` is the smoothed objective, `nll` the plain cross-entropy, perplexity = exp(nll).
+`loss` is the smoothed objective, `nll` the plain cross-entropy, perplexity = exp(nll). Select and
+compare on `nll` (unsmoothed): a label-smoothing ablation ranked on `loss` is biased.
 exact_match is from greedy decoding (not teacher forcing), compared up to and including EOS;
 `exact_match=False` skips it (translation is measured by BLEU, training/translation_quality.py).
 Under DDP the train/ metrics are over the global batch (all ranks); see `loss_normalize`.
@@ -29,7 +30,7 @@ from attnlab.training.losses import label_smoothed_nll
 from attnlab.training.metrics import exact_match, token_accuracy
 from attnlab.training.optimizer import build_optimizer
 from attnlab.training.options import LOSS_NORMALIZATIONS
-from attnlab.training.schedules import build_schedule, lr_lambda
+from attnlab.training.schedules import lr_lambda, schedule_from_config
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 
@@ -38,7 +39,7 @@ class TransformerModule(L.LightningModule):
     """Shared training logic; subclasses say how a batch becomes logits / targets / predictions.
 
     model: TransformerConfig fields (dict); optim: {name, lr, betas, eps, weight_decay};
-    scheduler: {name, warmup_steps, scale, min_lr, max_steps}; max_steps: the run's length
+    scheduler: {name, warmup_steps, scale, min_lr, max_steps, peak_lr}; max_steps: the run's length
     (the cosine schedule's default horizon); exact_match: greedy-decode every evaluation
     batch for val/ and test/exact_match. Plain dicts, so checkpoints reload with
     `load_from_checkpoint` alone. compile: torch.compile the model's forward (training and
@@ -85,9 +86,10 @@ class TransformerModule(L.LightningModule):
         )
         # Best values persist in checkpoints, so a resumed run keeps the best seen before.
         self.val_loss_best = MinMetric()
+        self.val_nll_best = MinMetric()
         self.val_exact_match_best = MaxMetric()
-        self.val_loss_best.persistent(True)
-        self.val_exact_match_best.persistent(True)
+        for best in (self.val_loss_best, self.val_nll_best, self.val_exact_match_best):
+            best.persistent(True)
         self.diverged = False
         self.diverged_step: int | None = None
         self._log_now = True  # is this a step whose train/ metrics go to the loggers?
@@ -253,6 +255,8 @@ class TransformerModule(L.LightningModule):
             return
         self.val_loss_best.update(values["loss"])
         self.log("val/loss_best", self.val_loss_best.compute(), sync_dist=True)
+        self.val_nll_best.update(values["nll"])
+        self.log("val/nll_best", self.val_nll_best.compute(), sync_dist=True)
         if "exact_match" in values:
             self.val_exact_match_best.update(values["exact_match"])
             self.log("val/exact_match_best", self.val_exact_match_best.compute(), sync_dist=True)
@@ -270,16 +274,7 @@ class TransformerModule(L.LightningModule):
         o, s = self.hparams.optim, self.hparams.scheduler
         scaled = self._trainer is not None and self._grad_scaler() is not None
         optimizer = build_optimizer(self.model, o, grad_scaler=scaled)
-        max_steps = s.get("max_steps") or self.hparams.max_steps
-        schedule = build_schedule(
-            s["name"],
-            lr=o["lr"],
-            d_model=self.config.d_model,
-            warmup_steps=s["warmup_steps"],
-            max_steps=max_steps,
-            min_lr=s.get("min_lr", 0.0),
-            scale=s.get("scale", 1.0),
-        )
+        schedule = schedule_from_config(o, s, self.config.d_model, self.hparams.max_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule))
         return {
             "optimizer": optimizer,

@@ -89,7 +89,7 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         )
         status = _final_status(built)
         metrics = _scalars(built.trainer.callback_metrics)
-        if status == "completed":
+        if status in ("completed", "debug"):
             metrics.update(_test(built))
         return _finish(state, built, status, metrics)
 
@@ -238,6 +238,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
         use_distributed_sampler=False,  # the data modules shard by rank themselves
         plugins=cluster_plugins(),
     )
+    if trainer.fast_dev_run:
+        trainer.loggers = loggers  # Lightning mutes loggers here; metrics.csv is always written
     if rank_zero_only.rank == 0:
         warn_if_bf16_is_emulated(trainer, PROG)
     return trainer, preemption
@@ -260,7 +262,9 @@ def _log_config(cfg: DictConfig, built: Built, state: RunState) -> None:
 def _final_status(built: Built) -> str:
     if built.trainer.interrupted or built.preemption.interrupted:
         return "interrupted"
-    return "diverged" if built.module.diverged else "completed"
+    if built.module.diverged:
+        return "diverged"
+    return "debug" if built.trainer.fast_dev_run else "completed"
 
 
 def _test(built: Built) -> dict[str, float]:
@@ -288,6 +292,8 @@ def _has_test_split(datamodule) -> bool:
 def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float]) -> dict:
     """results.json with the final status and metrics; W&B summary; one line of output."""
     results = {"metrics": metrics, "steps": built.trainer.global_step}
+    for callback in built.trainer.callbacks:  # e.g. "extrapolation" (training/extrapolation.py)
+        results.update(getattr(callback, "results_record", dict)())
     results["wall_time_s"] = state.wall_time()
     if status == "diverged":
         results["diverged_step"] = built.module.diverged_step
@@ -303,5 +309,5 @@ def _scalars(metrics: dict) -> dict[str, float]:
 
 
 def _summary(metrics: dict[str, float]) -> str:
-    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/loss_best")
+    keys = ("test/bleu", "test/exact_match", "test/loss", "test/perplexity", "val/nll_best")
     return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics) or "no metrics"

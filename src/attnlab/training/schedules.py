@@ -3,6 +3,11 @@
 `lr_lambda` turns a schedule into the factor function of torch's LambdaLR: the optimizer is built
 with lr=1.0, so the factor *is* the learning rate. LambdaLR calls the factor with 0 before the
 first optimizer step, hence the `+ 1`.
+
+The peak: inverse_sqrt, cosine and constant rise (after any warmup) to optim.lr; noam's peak
+follows from d_model and warmup_steps, (d_model * warmup_steps)^-0.5, so changing its warmup also
+changes its peak. `scheduler.peak_lr` sets the peak of every schedule directly (noam rescaled to
+it), which is what a warmup ablation needs: arms that differ in the warmup only.
 """
 
 from __future__ import annotations
@@ -59,6 +64,26 @@ def constant(step: int, peak_lr: float, warmup_steps: int = 0) -> float:
     return peak_lr
 
 
+def noam_scale_for_peak(peak_lr: float, d_model: int, warmup_steps: int) -> float:
+    """The noam `scale` whose peak is peak_lr: peak = scale * (d_model * warmup_steps)^-0.5 (at
+    step warmup_steps; with no warmup, at step 1: scale * d_model^-0.5)."""
+    return peak_lr * math.sqrt(d_model * max(warmup_steps, 1))
+
+
+def noam_problem(name: str, warmup_steps: int, peak_lr: float | None, d_model: int) -> str | None:
+    """noam with warmup_steps=0 and no peak_lr is not "no warmup": its first step takes
+    lr = d_model^-0.5, many times the peak of the warmed-up schedule."""
+    if name != "noam" or warmup_steps != 0 or peak_lr is not None:
+        return None
+    spike = d_model**-0.5 / noam(4000, d_model, 4000)
+    return (
+        f"scheduler.warmup_steps=0 with scheduler.name=noam is not valid: noam's peak is "
+        f"(d_model * warmup_steps)^-0.5, so without warmup its first step takes "
+        f"lr = d_model^-0.5 = {d_model**-0.5:.3g} ({spike:.0f}x its peak with warmup 4000); "
+        "set scheduler.peak_lr to hold the peak, or use scheduler.warmup_steps >= 1"
+    )
+
+
 def build_schedule(
     name: str,
     *,
@@ -68,11 +93,13 @@ def build_schedule(
     max_steps: int | None = None,
     min_lr: float = 0.0,
     scale: float = 1.0,
+    peak_lr: float | None = None,
 ) -> Callable[[int], float]:
     """The schedule `name` (one of SCHEDULERS) as a function step -> lr, step counted from 1.
 
     `lr` is the peak learning rate of inverse_sqrt, cosine and constant; noam ignores it (its
-    peak follows from d_model, warmup_steps and `scale`).
+    peak follows from d_model, warmup_steps and `scale`). `peak_lr`, when given, is the peak of
+    any of them (for noam it replaces `scale`).
     """
     if name not in SCHEDULERS:
         raise ValueError(
@@ -82,6 +109,9 @@ def build_schedule(
         raise ValueError(
             f"scheduler.warmup_steps={warmup_steps!r} is not valid; expected an integer >= 0"
         )
+    if peak_lr is not None:
+        lr = peak_lr
+        scale = noam_scale_for_peak(peak_lr, d_model, warmup_steps)
     if name == "noam":
         return partial(noam, d_model=d_model, warmup_steps=warmup_steps, scale=scale)
     if name == "inverse_sqrt":
@@ -96,6 +126,23 @@ def build_schedule(
             cosine, peak_lr=lr, warmup_steps=warmup_steps, max_steps=max_steps, min_lr=min_lr
         )
     return partial(constant, peak_lr=lr, warmup_steps=warmup_steps)
+
+
+def schedule_from_config(
+    optim: dict, scheduler: dict, d_model: int, max_steps: int | None
+) -> Callable[[int], float]:
+    """The schedule of a run's config: cfg.optim and cfg.scheduler as plain dicts, the model's
+    d_model and trainer.max_steps (the cosine horizon unless scheduler.max_steps is set)."""
+    return build_schedule(
+        scheduler["name"],
+        lr=optim["lr"],
+        d_model=d_model,
+        warmup_steps=scheduler["warmup_steps"],
+        max_steps=scheduler.get("max_steps") or max_steps,
+        min_lr=scheduler.get("min_lr", 0.0),
+        scale=scheduler.get("scale", 1.0),
+        peak_lr=scheduler.get("peak_lr"),
+    )
 
 
 def lr_lambda(schedule: Callable[[int], float]) -> Callable[[int], float]:

@@ -2,10 +2,14 @@
 
 Scores are on detokenized text (the SentencePiece decode of the hypothesis against the raw
 reference line), with sacreBLEU's standard 13a tokenization, as the sacreBLEU paper recommends:
-these are the numbers comparable across papers. On validation only about `val_subset` sentences
-are decoded, every `every_n_val` validations (beam search is slow): every k-th sentence of the
-validation loader, which serves sentences sorted by length, so the subset spans all lengths
-(the same sentences at every validation); on test, all of them.
+these are the numbers comparable across papers. chrF is sacreBLEU's chrF (character 6-grams,
+beta 2, no word n-grams; `SacreCHRF`), equal to `sacrebleu.corpus_chrf`; torchmetrics' CHRFScore
+defaults to chrF++ (word 2-grams) and averages differently, matching neither.
+
+On validation only about `val_subset` sentences are decoded, every `every_n_val` validations
+(beam search is slow): every k-th sentence of the validation loader, which serves sentences
+sorted by length, so the subset spans all lengths (the same sentences at every validation); on
+test, all of them.
 """
 
 from __future__ import annotations
@@ -14,9 +18,39 @@ import math
 
 import lightning as L
 import torch
-from torchmetrics.text import CHRFScore, SacreBLEUScore
+from torchmetrics import Metric
+from torchmetrics.text import SacreBLEUScore
 
 from attnlab.model.decoding import beam_search
+
+
+class SacreCHRF(Metric):
+    """sacreBLEU's corpus chrF (word_order=0) or chrF++ (word_order=2), as a torchmetrics Metric:
+    it sums sacreBLEU's own per-sentence statistics (synced over DDP ranks) and scores them with
+    sacreBLEU, so the result equals `sacrebleu.corpus_chrf(hyps, [refs], word_order=...)`."""
+
+    full_state_update = False
+
+    def __init__(self, word_order: int = 0) -> None:
+        super().__init__()
+        from sacrebleu.metrics import CHRF
+
+        self.scorer = CHRF(word_order=word_order)
+        n_stats = 3 * (self.scorer.char_order + self.scorer.word_order)
+        self.add_state("stats", torch.zeros(n_stats, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, hyps: list[str], refs: list[list[str]]) -> None:
+        """refs: one list of references per hypothesis (torchmetrics' layout)."""
+        streams = [list(r) for r in zip(*refs, strict=True)]  # sacreBLEU: one list per reference
+        sentence_stats = self.scorer._extract_corpus_statistics(hyps, streams)
+        total = torch.tensor(sentence_stats, dtype=torch.float64).sum(dim=0)
+        self.stats += total.to(self.stats.device)
+
+    def compute(self) -> torch.Tensor:
+        """chrF in [0, 1] (sacreBLEU's score / 100, as torchmetrics' text metrics)."""
+        stats = [int(round(x)) for x in self.stats.tolist()]
+        score = self.scorer._compute_score_from_stats(stats).score
+        return torch.tensor(score / 100, dtype=torch.float64)
 
 
 class TranslationQuality(L.Callback):
@@ -41,7 +75,7 @@ class TranslationQuality(L.Callback):
         self.every_n_val = max(1, every_n_val)
         self.n_samples = n_samples
         self.bleu = SacreBLEUScore(tokenize="13a")
-        self.chrf = CHRFScore()
+        self.chrf = SacreCHRF()
         self.bleu_best: float | None = None
         self._n_val = 0
         self._seen = 0  # sentences scored in this epoch

@@ -1,0 +1,61 @@
+"""attnlab-eval on synthetic-task and language-model checkpoints: metrics per length.
+
+The run's own data config (config.yaml) rebuilds its DataModule; every length of `eval.lengths`
+(default: the run's data.eval_lengths) is scored one at a time by
+attnlab.training.extrapolation.evaluate_lengths, the code that fills results.json's
+"extrapolation" at the end of training, so the two agree on the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from attnlab.evaluation.checkpoints import EvalError, device_of, run_datamodule
+
+
+def is_length_task(run_dir: Path) -> bool:
+    """True when the run trained on a synthetic task or a language model (no translation)."""
+    from omegaconf import OmegaConf
+
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        return False
+    target = str(OmegaConf.select(OmegaConf.load(cfg_path), "data._target_", default=""))
+    return target.startswith(("attnlab.data.synthetic.", "attnlab.data.language_model."))
+
+
+def evaluate_checkpoint_lengths(model, hparams: dict, run_dir: Path, cfg, started: float) -> dict:
+    """Score the loaded (averaged) model at each length; write and return <out>.json."""
+    from attnlab.training.extrapolation import evaluate_lengths, metric_names
+    from attnlab.training.module import module_for
+
+    datamodule = run_datamodule(run_dir, cfg.data)
+    if not hasattr(datamodule, "positions_needed"):
+        raise EvalError(
+            "eval.lengths is for synthetic tasks and language models; "
+            f"{cfg.ckpt[0]} was trained on {type(datamodule).__name__} (translation: leave "
+            "eval.lengths out)"
+        )
+    lengths = list(cfg.eval.lengths or getattr(datamodule, "eval_lengths", []))
+    if not lengths:
+        raise EvalError("eval.lengths=[...] is required: the run has no data.eval_lengths")
+    module = module_for(datamodule.task)(**hparams)
+    module.model = model
+    module.to(device_of(cfg.device))
+    results = evaluate_lengths(module, datamodule, lengths, cfg.eval.n_examples)
+    out = Path(cfg.out) if cfg.out else run_dir / "eval" / "lengths"
+    record = {
+        "extrapolation": results,
+        "metrics": list(metric_names(datamodule)),
+        "lengths": lengths,
+        "n_examples": cfg.eval.n_examples if hasattr(datamodule, "length_batches") else None,
+        "checkpoints": [str(Path(p).resolve()) for p in cfg.ckpt],
+        "averaged": len(cfg.ckpt) > 1,
+        "json": str(out.with_name(out.name + ".json")),
+        "wall_time_s": round(time.perf_counter() - started, 2),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(record["json"]).write_text(json.dumps(record, indent=2) + "\n")
+    return record

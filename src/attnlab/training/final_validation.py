@@ -1,0 +1,20 @@
+"""Validate once more at the end of training, when the last step was not a validation step.
+
+A run shorter than trainer.val_check_interval (or one whose length is not a multiple of it)
+would otherwise end without its final validation: no val/* metrics at all for a short run, and
+a best checkpoint chosen before the last steps. Lightning validates when a callback asks the
+trainer to stop (`trainer.should_stop`, as EarlyStopping does); at the last optimizer step this
+callback asks, and Lightning's own rule runs the validation loop once (never twice).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+
+
+class ValidateAtEnd(L.Callback):
+    """At the last optimizer step (trainer.max_steps), make sure a validation follows."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True

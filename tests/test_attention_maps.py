@@ -1,0 +1,134 @@
+"""Attention maps: the callback (fixed validation examples every N steps and at the end, PNGs
+and attention.npz in the run directory, W&B images) and attnlab-attention (one input). On the
+saved arrays a causal map is exactly zero above the diagonal and padding gets zero weight."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab.cli.attention import main as attention_main
+from attnlab.data.vocab import PAD_ID
+from attnlab.training.run import train
+from conftest import wandb_offline_bytes
+
+ENC_DEC = (
+    "encoder.layers.0.self_attn",
+    "decoder.layers.0.self_attn",
+    "decoder.layers.0.cross_attn",
+)
+
+
+def _train(compose, tiny_run, run_dir, *overrides):
+    ovs = [*tiny_run, "data=copy", f"paths.run_dir={run_dir}", *overrides]
+    return train(compose(ovs), ovs)
+
+
+def _assert_causal(w: np.ndarray) -> None:
+    """(..., T, T): exactly zero above the diagonal, rows summing to one."""
+    assert np.all(np.triu(w, k=1) == 0.0)
+    assert np.allclose(w.sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    """A tiny copy run with the callback on; returns its directory."""
+    from attnlab.config.preflight import compose_config
+    from conftest import CONF_DIR, TINY
+
+    run_dir = tmp_path_factory.mktemp("attention") / "run"
+    ovs = [*TINY, "data=copy", "logger=none", f"paths.run_dir={run_dir}"]
+    ovs += ["callbacks.attention_maps.every_n_steps=2", "callbacks.attention_maps.n_examples=6"]
+    train(compose_config(CONF_DIR, ovs), ovs)
+    return run_dir
+
+
+def test_callback_renders_fixed_examples_every_n_steps_and_pads_get_no_weight(copy_run):
+    import torch
+
+    steps = sorted(p.name for p in (copy_run / "attention").iterdir())
+    assert steps == ["step=2", "step=4"]
+    arrays = np.load(copy_run / "attention" / "step=4" / "attention.npz")
+    assert set(arrays.files) == set(ENC_DEC)
+    enc, cross = arrays[ENC_DEC[0]], arrays[ENC_DEC[2]]
+    b, h, s, _ = enc.shape
+    assert b == 6 and h == 2
+    # The same six validation examples at every render: source pads are the all-zero columns.
+    from hydra.utils import instantiate
+
+    from attnlab.config.plain import to_plain
+    from attnlab.config.preflight import compose_config
+    from conftest import CONF_DIR, TINY
+
+    dm = instantiate(to_plain(compose_config(CONF_DIR, [*TINY, "data=copy"]).data))
+    dm.setup()
+    src = next(iter(dm.val_dataloader()))["src"][:6]
+    pads = (src == PAD_ID).numpy()
+    assert pads.any() and src.size(1) == s  # some examples are padded
+    for w in (enc, cross):
+        for i in range(6):  # every query of every head: zero weight on the pad keys
+            assert np.all(w[i][:, :, pads[i]] == 0.0) and np.all(w[i][:, :, ~pads[i]] > 0)
+    assert torch.isfinite(torch.from_numpy(enc)).all()
+    _assert_causal(arrays[ENC_DEC[1]])
+    for name in ENC_DEC:
+        png = copy_run / "attention" / "step=4" / "example0" / f"{name}.png"
+        assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp_path, capsys):
+    ckpt = copy_run / "checkpoints" / "last.ckpt"
+    assert (
+        attention_main([str(ckpt), "5 9 2 7", "--target", "5 9 2 7", "--out", str(tmp_path)]) == 0
+    )
+    arrays = np.load(tmp_path / "attention.npz")
+    assert set(arrays.files) == set(ENC_DEC)
+    assert arrays[ENC_DEC[0]].shape == (2, 4, 4)  # (H, S, S): the four source symbols
+    assert arrays[ENC_DEC[2]].shape == (2, 5, 4)  # (H, T, S): [BOS] + the four target symbols
+    _assert_causal(arrays[ENC_DEC[1]])
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{n}.png" for n in ENC_DEC)
+    # without --target: the model's own greedy output, under <run_dir>/attention/input
+    assert attention_main([str(ckpt), "1 2 3"]) == 0
+    t = np.load(copy_run / "attention" / "input" / "attention.npz")[ENC_DEC[1]].shape[1]
+    assert 1 <= t <= 101
+    capsys.readouterr()
+    assert attention_main([str(ckpt), "5 9 16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "attnlab-attention: error: source='5 9 16' is not valid; expected space-separated "
+        'symbols 0..15 (e.g. "5 9 2 7")'
+    )
+    assert attention_main([str(tmp_path / "missing.ckpt"), "1 2"]) == 2
+
+
+def test_decoder_only_maps_are_causal(compose, tiny_run, tmp_path):
+    run_dir = tmp_path / "lm"
+    _train(compose, tiny_run, run_dir, "model=lm_small", "model.n_decoder_layers=1", "logger=none")
+    out = tmp_path / "maps"
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    assert attention_main([str(ckpt), "3 1 4", "--target", "3 1 4", "--out", str(out)]) == 0
+    arrays = np.load(out / "attention.npz")
+    assert arrays.files == ["decoder.layers.0.self_attn"]
+    w = arrays["decoder.layers.0.self_attn"]
+    assert w.shape == (2, 9, 9)  # [BOS] 3 1 4 [SEP] 3 1 4 [EOS]
+    _assert_causal(w)
+
+
+def test_callback_logs_wandb_images(compose, tiny_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    run_dir = tmp_path / "run"
+    _train(
+        compose, tiny_run, run_dir, "logger=wandb", "trainer.max_steps=2",
+        "callbacks.attention_maps.every_n_steps=2",
+    )  # fmt: skip
+    needle = b"attention/decoder.layers.0.cross_attn"
+    assert needle in wandb_offline_bytes(run_dir, needle)
+
+
+def test_attention_command_logs_into_the_runs_wandb_run(copy_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    ckpt = copy_run / "checkpoints" / "last.ckpt"
+    argv = [str(ckpt), "1 2 3", "--target", "1 2 3", "--out", str(tmp_path), "--wandb"]
+    assert attention_main(argv) == 0
+    needle = b"attention_input/decoder.layers.0.cross_attn"
+    assert needle in wandb_offline_bytes(copy_run, needle)

@@ -1,0 +1,127 @@
+"""The shipped sweep files are fair ablations: their arms differ only in the swept variable,
+each names an unsmoothed metric, the warmup ablation holds the peak learning rate and the decay
+horizon fixed, reaches every peak, clips nothing and is deep; the heads sweep states its
+(h, d_k) pairs correctly."""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnlab.config.plain import plain_config, to_plain
+from attnlab.config.preflight import compose_config
+from attnlab.runs.dotted import flatten
+from attnlab.sweeps import expand_sweep
+from attnlab.sweeps.spec import override_key, swept_keys
+from attnlab.training.schedules import schedule_from_config
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
+UNSMOOTHED = {"val/nll_best", "val/nll", "val/bleu_best", "val/exact_match_best", "val/chrf"}
+# Keys that name or place a run, never what it learns.
+PLUMBING = re.compile(r"^(name|group|tags|run_name|paths\.|hydra\.|logger\.)")
+# Keys that follow from a swept config group by interpolation (data.arch: ${model.arch}).
+DERIVED = {"data.arch": "model"}
+
+
+def _spec(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+@cache
+def _arms(name: str) -> dict[tuple, dict]:
+    """{swept values (seed 1): flat composed config} of every arm of sweeps/<name>.yaml."""
+    path = REPO / "sweeps" / f"{name}.yaml"
+    arms = {}
+    for trial in expand_sweep(path):
+        if trial.params.get("seed", 1) != 1:
+            continue
+        overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
+        cfg = compose_config(REPO / "conf", [*overrides, "paths.run_dir=run"])
+        key = tuple(v for k, v in trial.params.items() if k != "seed")
+        arms[key] = flatten(plain_config(cfg))
+    return arms
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_every_sweep_names_an_unsmoothed_metric_and_three_seeds(path):
+    spec = _spec(path)
+    assert spec["metric"]["name"] in UNSMOOTHED, "a smoothed val/loss biases the ranking"
+    higher_is_better = any(m in spec["metric"]["name"] for m in ("bleu", "exact", "chrf"))
+    assert spec["metric"]["goal"] == ("maximize" if higher_is_better else "minimize")
+    assert len(spec["parameters"]["seed"]["values"]) >= 3
+
+
+@pytest.mark.parametrize(
+    "name",
+    [p.stem for p in SWEEPS if p.stem != "table3"],  # table3's rows are bundles
+)
+def test_arms_differ_only_in_the_swept_variable(name):
+    swept = [k.lstrip("+") for k in swept_keys(_spec(REPO / "sweeps" / f"{name}.yaml"))]
+    arms = list(_arms(name).values())
+    keys = set().union(*arms)
+    differing = {k for k in keys if len({repr(a.get(k)) for a in arms}) > 1}
+    unexplained = {
+        k
+        for k in differing
+        if not PLUMBING.match(k)
+        and not any(k == s or k.startswith(s + ".") for s in swept if s != "seed")
+        and DERIVED.get(k) not in swept
+    }
+    assert not unexplained, f"{name}: arms also differ in {sorted(unexplained)}"
+
+
+def test_warmup_ablation_holds_peak_and_horizon_reaches_every_peak_and_clips_nothing():
+    arms = _arms("norm_warmup")
+    assert {k[1] for k in arms} >= {0, 100, 300} and {k[0] for k in arms} == {"pre", "post"}
+    peaks, ends = set(), set()
+    for (_norm, warmup), flat in arms.items():
+        cfg = _nested(flat)
+        max_steps = cfg["trainer"]["max_steps"]
+        schedule = schedule_from_config(
+            cfg["optim"], cfg["scheduler"], cfg["model"]["d_model"], max_steps
+        )
+        lrs = [schedule(s) for s in range(1, max_steps + 1)]
+        peak = max(lrs)
+        assert lrs.index(peak) + 1 == max(warmup, 1) <= max_steps // 2  # reached, then decays
+        assert lrs[-1] < 0.05 * peak  # the decay ends with the run, in every arm
+        peaks.add(peak)
+        ends.add(cfg["scheduler"].get("max_steps") or max_steps)
+        assert cfg["trainer"]["gradient_clip_val"] is None
+        assert cfg["model"]["n_encoder_layers"] >= 6 and cfg["model"]["n_decoder_layers"] >= 6
+    assert max(peaks) == pytest.approx(min(peaks), rel=1e-4) and len(ends) == 1
+    # (without warmup the cosine's first step is already 1/600 into the decay: 2e-3 * 0.99999)
+
+
+def test_heads_sweep_states_its_h_and_d_k_at_constant_compute():
+    text = (REPO / "sweeps" / "heads.yaml").read_text()
+    stated_line = re.search(r"^# \(h, d_k\): (.*)$", text, re.M).group(1)
+    stated = set(ast.literal_eval(f"[{stated_line}]"))
+    composed = set()
+    for flat in _arms("heads").values():
+        h, d_model = flat["model.n_heads"], flat["model.d_model"]
+        d_k = flat["model.d_k"] or d_model // h
+        assert h * d_k == d_model  # constant compute
+        composed.add((h, d_k))
+    assert composed == stated
+
+
+def _nested(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
+
+
+def test_plain_config_helpers_agree():  # the helpers above read what training reads
+    cfg = compose_config(REPO / "conf", ["scheduler.peak_lr=1.0e-3", "paths.run_dir=run"])
+    assert _nested(flatten(plain_config(cfg)))["scheduler"] == to_plain(cfg.scheduler)
