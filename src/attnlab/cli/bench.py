@@ -26,7 +26,13 @@ import sys
 from pathlib import Path
 
 PROG = "attnlab-bench"
-SECTIONS = ("vs_torch_nn", "harness", "attention", "decoding", "memory")
+SECTIONS = {
+    "vs_torch_nn": "training step against torch.nn.Transformer (and TFLOP/s, MFU on a GPU)",
+    "harness": "attnlab-train's step against a plain loop; launch to first step; --help",
+    "attention": "reference against fused attention, time and peak memory per length",
+    "decoding": "greedy and beam 4 sentences/s, with and without the KV cache",
+    "memory": "peak memory of a step with activation checkpointing off and on",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Speed and memory figures of attnlab (see docs/benchmark.md)."
     )
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for attnlab-train")
-    for name in SECTIONS:
-        p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"run {name}")
+    for name, what in SECTIONS.items():
+        p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=what)
     p.add_argument("--quick", action="store_true", help="few repeats, short lengths (smoke test)")
     p.add_argument("--json", metavar="PATH", help="write the figures to this JSON file")
     p.add_argument("--repeats", type=int, help="interleaved repeats (default 7, quick 3)")
