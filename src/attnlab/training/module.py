@@ -97,6 +97,7 @@ class TransformerModule(L.LightningModule):
         self._window_start, self._paused = time.perf_counter(), 0.0  # its start, time in val
         self._validation_start = 0.0
         self._grad_norm: Tensor | None = None
+        self._param_list: list[nn.Parameter] | None = None
 
     # --- what subclasses define -----------------------------------------------------------
     def logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -170,12 +171,12 @@ class TransformerModule(L.LightningModule):
         non-finite too). A non-finite norm drops the gradients (Adam skips parameters without
         one) and stops the run. Under 16-mixed the scaler skips such steps itself."""
         self._grad_norm = None
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        grads = [p.grad for p in self._params() if p.grad is not None]
         if not grads:
             return
         norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
         if self._grad_scaler() is None and not torch.isfinite(norm):  # the step's host sync
-            for p in self.parameters():
+            for p in self._params():
                 p.grad = None
             self._diverge()
             return
@@ -190,10 +191,16 @@ class TransformerModule(L.LightningModule):
         (the same clipping as torch.nn.utils.clip_grad_norm_, one norm per step instead of two)."""
         norm = getattr(self, "_grad_norm", None)
         if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and norm is not None:
-            params = [p for p in self.parameters() if p.grad is not None]
+            params = [p for p in self._params() if p.grad is not None]
             torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
             return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def _params(self) -> list[nn.Parameter]:
+        """The model's parameters, listed once (walking the module tree cost 0.1 ms a call)."""
+        if self._param_list is None:
+            self._param_list = list(self.model.parameters())
+        return self._param_list
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         """train/tokens_per_sec: target tokens (global batch) over the wall time since the last
