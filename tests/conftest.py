@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,16 @@ def wandb_offline_bytes(run_dir: Path, needle: bytes, timeout_s: float = 30.0) -
         if needle in data or time.monotonic() > deadline:
             return data
         time.sleep(0.2)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_wandb_environment():
+    """W&B keeps state in os.environ once it has run in a process (WANDB_SERVICE: the service a
+    child process would join, and then find a killed run's id "in use"): each test starts
+    without it, so its subprocesses start their own service; W&B variables are restored after."""
+    before = {n: v for n, v in os.environ.items() if n.startswith("WANDB_")}
+    os.environ.pop("WANDB_SERVICE", None)
+    yield
+    for name in [n for n in os.environ if n.startswith("WANDB_")]:
+        del os.environ[name]
+    os.environ.update(before)

@@ -159,12 +159,19 @@ def test_lightning_switches_need_no_plus(compose, override):
     "option", [*_options("logger"), "[wandb,tensorboard]", "[csv,tensorboard]"]
 )
 def test_every_logger_option_builds(compose, option, tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     cfg = compose([f"logger={option}"])
     names = [type(lg).__name__ for lg in build_loggers(cfg, tmp_path, "run")]
+    wandb.finish()
     assert names[0] == "ContinuingCSVLogger"  # metrics.csv, always
     assert ("ReplayingWandbLogger" in names) == ("wandb" in option)
     assert ("ReplayingTensorBoardLogger" in names) == ("tensorboard" in option)
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # W&B off, whatever the config says
+    names = [type(lg).__name__ for lg in build_loggers(cfg, tmp_path / "off", "run")]
+    assert "ReplayingWandbLogger" not in names
 
 
 @pytest.mark.parametrize("option", _options("callbacks"))

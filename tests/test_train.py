@@ -204,6 +204,32 @@ def test_ablation_keys_reach_config_results_and_wandb(compose, tiny_run, tmp_pat
     assert wandb_config["_run_name"].endswith("-pe=rope-norm=post-h=2-sched=noam-wu=200")
 
 
+def test_wandb_disabled_writes_no_wandb_files(compose, tiny_run, tmp_path, monkeypatch):
+    """WANDB_MODE=disabled turns W&B off; Lightning's offline logger used to replace it with
+    WANDB_MODE=dryrun and write an offline run anyway."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    results, run_dir = _run(compose, tiny_run, tmp_path, "logger=wandb", "callbacks=none")
+    assert results["status"] == "completed" and results["wandb_run_id"] is None
+    assert not (run_dir / "wandb").exists()
+    assert os.environ["WANDB_MODE"] == "disabled"
+
+
+def test_an_offline_run_leaves_the_environment_as_it_found_it(
+    compose, tiny_run, tmp_path, monkeypatch, capsys
+):
+    """Two offline runs in one process (a multirun's jobs): the second gives the real reason,
+    not the WANDB_MODE=dryrun that Lightning's offline logger sets."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    for seed in (1, 2):
+        _run(compose, tiny_run, tmp_path / str(seed), "logger=wandb", "callbacks=none")
+        assert "WANDB_MODE" not in os.environ
+    offline = [ln for ln in capsys.readouterr().out.splitlines() if "W&B is offline" in ln]
+    assert len(offline) == 2 and all("no W&B API key" in ln for ln in offline)
+
+
 def test_multirun_from_the_command_line_writes_one_record_per_job(tiny_run, tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
     cmd = [

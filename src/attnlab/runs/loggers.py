@@ -4,6 +4,8 @@ continues their history (attnlab.runs.history)."""
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from attnlab.runs.history import logged_rows, wandb_segments
@@ -23,16 +25,31 @@ def build_loggers(cfg, run_dir: Path, name: str) -> list:
     previous = logged_rows(run_dir)  # read before the CSV logger continues the file
     loggers: list = [ContinuingCSVLogger(run_dir)]
     wandb_cfg = cfg.logger.get("wandb")
-    if wandb_cfg is not None:
-        logger, offline_reason = _wandb_logger(cfg, wandb_cfg, run_dir, name, previous)
-        loggers.append(logger)
-        if offline_reason and rank_zero_only.rank == 0 and wandb_mode() != "disabled":
-            print(f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
-                  f"{upload_command(run_dir, logger.experiment.id)}")  # fmt: skip
+    if wandb_cfg is not None and wandb_mode() != "disabled":  # WANDB_MODE=disabled: no W&B
+        with _keep_env("WANDB_MODE"):  # Lightning sets WANDB_MODE=dryrun for offline runs
+            logger, offline_reason = _wandb_logger(cfg, wandb_cfg, run_dir, name, previous)
+            loggers.append(logger)
+            if offline_reason and rank_zero_only.rank == 0:
+                print(f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
+                      f"{upload_command(run_dir, logger.experiment.id)}")  # fmt: skip
     tensorboard_cfg = cfg.logger.get("tensorboard")
     if tensorboard_cfg is not None:
         loggers.append(ReplayingTensorBoardLogger(run_dir, previous, tensorboard_cfg.subdir))
     return loggers
+
+
+@contextmanager
+def _keep_env(name: str):
+    """Restore the environment variable `name` after the block (the next run of a multirun in
+    this process must not see what the previous one's logger set)."""
+    before = os.environ.get(name)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def upload_command(run_dir: Path, run_id: str) -> str:
