@@ -40,41 +40,12 @@ def write_summary(
     interrupted: bool = False,
 ) -> str:
     """Write summary.json and summary.md under out_dir; return the console text."""
-    statuses = list(dict.fromkeys(r.status for r in results))
-    counts = status_counts([r.status for r in results])
-    table = rows(results, out_dir, metric_name)
-    record = {
-        "sweep": sweep,
-        "file": source,
-        "out_dir": str(out_dir),
-        "metric": metric_name,
-        "interrupted": interrupted,
-        "counts": {s: sum(r.status == s for r in results) for s in statuses},
-        "trials": [
-            {
-                "index": r.trial.index,
-                "name": r.trial.label,
-                "status": r.status,
-                "exit_code": r.exit_code,
-                "metric": r.metric if r.metric is not None and math.isfinite(r.metric) else None,
-                "wall_time_s": r.wall_time_s,
-                "gpus": r.gpus,
-                "params": r.trial.params,
-                "overrides": r.trial.overrides,
-                "command": r.trial.command,
-                "run_dir": str(r.trial.run_dir),
-                "results": str(r.results_path) if r.results_path else None,
-                "log": str(r.log_path),
-                "error": r.error,
-            }
-            for r in results
-        ],
-    }
+    record = summary_record(results, out_dir, sweep, source, metric_name, interrupted)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    title = f"Sweep {sweep} ({source}): {len(results)} trials, {counts}"
-    if interrupted:
-        title += " (interrupted)"
+    title = f"Sweep {sweep} ({source}): {len(results)} trials, "
+    title += status_counts([r.status for r in results]) + (" (interrupted)" if interrupted else "")
+    table = rows(results, out_dir, metric_name)
     failures = [r for r in results if r.status not in ("completed", "not_started")]
     notes = [f"- {r.trial.label}: {r.status}: {r.error}" for r in failures if r.error]
     md = [f"# {title}", "", markdown_table(table)]
@@ -86,3 +57,43 @@ def write_summary(
         console += ["", *notes]
     console += ["", f"summary: {out_dir / 'summary.md'} and summary.json"]
     return "\n".join(console)
+
+
+def summary_record(
+    results: Sequence[TrialResult],
+    out_dir: Path,
+    sweep: str,
+    source: str,
+    metric_name: str,
+    interrupted: bool,
+) -> dict:
+    """summary.json's content: the sweep, the status counts and one entry per trial."""
+    statuses = list(dict.fromkeys(r.status for r in results))
+    return {
+        "sweep": sweep,
+        "file": source,
+        "out_dir": str(out_dir),
+        "metric": metric_name,
+        "interrupted": interrupted,
+        "counts": {s: sum(r.status == s for r in results) for s in statuses},
+        "trials": [_trial_record(r) for r in results],
+    }
+
+
+def _trial_record(r: TrialResult) -> dict:
+    return {
+        "index": r.trial.index,
+        "name": r.trial.label,
+        "status": r.status,
+        "exit_code": r.exit_code,
+        "metric": r.metric if r.metric is not None and math.isfinite(r.metric) else None,
+        "wall_time_s": r.wall_time_s,
+        "gpus": r.gpus,
+        "params": r.trial.params,
+        "overrides": r.trial.overrides,
+        "command": r.trial.command,
+        "run_dir": str(r.trial.run_dir),
+        "results": str(r.results_path) if r.results_path else None,
+        "log": str(r.log_path),
+        "error": r.error,
+    }

@@ -74,23 +74,7 @@ def run_agents(
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = agent_command(sweep_id, count=count, project=project, entity=entity)
     print(f"sweep {sweep_id}: starting {len(agent_gpus)} agent(s): {' '.join(argv)}")
-    procs = []
-    for i, gpus in enumerate(agent_gpus):
-        log_path = out_dir / f"agent-{i}.log"
-        with open(log_path, "w") as logfile:
-            procs.append(
-                subprocess.Popen(
-                    argv,
-                    stdout=logfile,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=trial_env(gpus),
-                    cwd=os.getcwd(),
-                    start_new_session=True,
-                )
-            )
-        where = f" on GPUs {gpus}" if gpus is not None else ""
-        print(f"agent {i}{where}: pid {procs[-1].pid}, log {log_path}")
+    procs = [_start_agent(i, gpus, argv, out_dir) for i, gpus in enumerate(agent_gpus)]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:
@@ -101,3 +85,21 @@ def run_agents(
         if code != 0:
             print(f"agent {i} exited with code {code}; see {out_dir / f'agent-{i}.log'}")
     return 0 if all(code == 0 for code in codes) else 1
+
+
+def _start_agent(i: int, gpus: str | None, argv: list[str], out_dir: Path) -> subprocess.Popen:
+    """`wandb agent` number i in its own session, on `gpus`, its output in agent-<i>.log."""
+    log_path = out_dir / f"agent-{i}.log"
+    with open(log_path, "w") as logfile:
+        proc = subprocess.Popen(
+            argv,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=trial_env(gpus),
+            cwd=os.getcwd(),
+            start_new_session=True,
+        )
+    where = f" on GPUs {gpus}" if gpus is not None else ""
+    print(f"agent {i}{where}: pid {proc.pid}, log {log_path}")
+    return proc

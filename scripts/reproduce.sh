@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Regenerate docs/REPRODUCTION.md's experiments: the five sweeps, the attnlab-eval variants, the
+# comparisons and the attention maps. About two hours on a 2-core CPU (two trials side by side,
+# one torch thread each). Outputs: outputs/repro/ (runs) and docs/img/reproduction/ (tables, plots).
+#
+#   scripts/reproduce.sh [DATA_DIR]        # DATA_DIR holds multi30k/ and tinyshakespeare/
+#   STAGES="heads norm_warmup" scripts/reproduce.sh   # only some stages
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${1:-../shared/data}
+OUT=outputs/repro
+IMG=docs/img/reproduction
+STAGES=${STAGES:-"extrapolation extrapolation_lm norm_warmup heads label_smoothing attention"}
+export OMP_NUM_THREADS=1
+SWEEP=(--parallel 2)
+COMMON=(logger=none torch_threads=1)
+
+stage() { echo; echo "=== $1 ($(date +%H:%M:%S))"; }
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if want extrapolation; then
+  stage "1a/1b copy extrapolation, encoder-decoder and decoder-only"
+  attnlab-sweep sweeps/extrapolation.yaml "${SWEEP[@]}" --out $OUT/extrapolation "${COMMON[@]}" || true
+  attnlab-compare $OUT/extrapolation/*-model_small-* --metric test/exact_match \
+    --columns test/exact_match --columns test/token_acc --out $IMG/extrapolation_encoder_decoder
+  attnlab-compare $OUT/extrapolation/*-model_lm_small-* --metric test/exact_match \
+    --columns test/exact_match --columns test/token_acc --out $IMG/extrapolation_decoder_only
+fi
+
+if want extrapolation_lm; then
+  stage "1c Tiny Shakespeare perplexity against context length"
+  attnlab-sweep sweeps/extrapolation_lm.yaml "${SWEEP[@]}" --out $OUT/extrapolation_lm \
+    "${COMMON[@]}" data.root=$DATA/tinyshakespeare || true
+  attnlab-compare $OUT/extrapolation_lm --metric test/perplexity --columns test/perplexity \
+    --out $IMG/extrapolation_lm
+fi
+
+if want norm_warmup; then
+  stage "2 Pre-LN / Post-LN x warmup"
+  attnlab-sweep sweeps/norm_warmup.yaml "${SWEEP[@]}" --out $OUT/norm_warmup "${COMMON[@]}" || true
+  attnlab-compare $OUT/norm_warmup --columns test/exact_match --columns test/nll \
+    --out $IMG/norm_warmup
+fi
+
+if want heads; then
+  stage "3 heads at constant compute, Multi30k"
+  attnlab-sweep sweeps/heads.yaml "${SWEEP[@]}" --out $OUT/heads "${COMMON[@]}" \
+    data.root=$DATA/multi30k || true
+  attnlab-compare $OUT/heads --metric test/bleu --columns test/chrf --columns test/nll \
+    --out $IMG/heads
+fi
+
+if want label_smoothing; then
+  stage "4 label smoothing, beam / greedy, length penalty, averaging"
+  attnlab-sweep sweeps/label_smoothing.yaml "${SWEEP[@]}" --out $OUT/label_smoothing \
+    "${COMMON[@]}" data.root=$DATA/multi30k || true
+  ls -d $OUT/label_smoothing/*/ | xargs -P 2 -I{} sh -c '
+    best=$(ls {}checkpoints/best-step=*.ckpt | head -n 1)
+    attnlab-eval ckpt=$best decode.beam_size=1 out={}eval/greedy &&
+    attnlab-eval ckpt=$best decode.length_penalty=0.0 out={}eval/beam4_lp0.0 &&
+    attnlab-eval ckpt=$best decode.length_penalty=1.0 out={}eval/beam4_lp1.0 &&
+    attnlab-eval ckpt={}checkpoints/last.ckpt out={}eval/last &&
+    attnlab-eval ckpt={}checkpoints last=5 out={}eval/avg5' > $OUT/label_smoothing_eval.log 2>&1
+  attnlab-compare $OUT/label_smoothing --metric test/bleu --columns 'eval/*/bleu' \
+    --columns test/chrf --columns test/nll --out $IMG/label_smoothing
+fi
+
+if want attention; then
+  stage "5 attention maps"
+  RUN=$(ls -d $OUT/label_smoothing/*label_smoothing_0.1-seed_1 | head -n 1)
+  attnlab-attention "$(ls $RUN/checkpoints/best-step=*.ckpt | head -n 1)" \
+    "A man in an orange hat starring at something." \
+    --target "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt." \
+    --out $IMG/attention
+  COPY=$(ls -d $OUT/extrapolation/*-model_small-pos_encoding_sinusoidal-seed_1 | head -n 1)
+  attnlab-attention "$(ls $COPY/checkpoints/best-step=*.ckpt | head -n 1)" "5 9 2 7 11 3 0 14" \
+    --out $IMG/attention_copy
+fi
+stage "done"
