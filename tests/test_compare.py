@@ -230,7 +230,9 @@ def test_extrapolation_is_drawn_against_length_per_group(tmp_path, capsys):
     for metric in ("exact_match", "token_acc", "nll"):
         assert (root / f"extrapolation_{metric}.png").read_bytes()[:4] == b"\x89PNG"
     md = (root / "comparison.md").read_text()
-    assert "| exact_match by length | 8 | 16 | 32 |" in md
+    for metric in ("exact_match", "token_acc", "nll"):  # a table for every length metric
+        assert f"| {metric} by length | 8 | 16 | 32 |" in md
+    assert "| pos_encoding=rope | 0.5 ± 0 (n=3) | 0.5 ± 0 (n=3) | 0.1 ± 0 (n=3) |" in md
     assert "![extrapolation_exact_match](extrapolation_exact_match.png)" in md
 
 

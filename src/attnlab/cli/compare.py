@@ -172,8 +172,8 @@ def write_report(out, title, table, groups, keys, headline, tests, unreadable, a
 
 
 def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[list[str]]]:
-    """extrapolation_<metric>.png per length metric (appended to `written`); the table of the
-    first metric, printed and returned for comparison.md."""
+    """extrapolation_<metric>.png per length metric (appended to `written`); a table per
+    length metric (exact_match or perplexity first), printed and returned for comparison.md."""
     from attnlab.analysis.extrapolation import (
         extrapolation_table,
         length_metrics,
@@ -185,12 +185,11 @@ def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[l
         path = out / f"extrapolation_{metric}.png"
         if plot_extrapolation(groups, names, metric, path):
             written.append(path)
-    if not metrics:
-        return []
-    table = extrapolation_table(groups, names, metrics[0])
-    print()
-    print(text_table(table))
-    return [table]
+    tables = [extrapolation_table(groups, names, metric) for metric in metrics]
+    for table in tables:
+        print()
+        print(text_table(table))
+    return tables
 
 
 if __name__ == "__main__":
