@@ -121,7 +121,10 @@ class TransformerModule(L.LightningModule):
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         trainer = self.trainer
         last = 0 < trainer.max_steps <= trainer.global_step + 1
-        self._log_now = trainer._logger_connector.should_update_logs or last
+        # Lightning's own rule for the steps it writes to the loggers (a private attribute:
+        # where a Lightning release lacks it, every step computes its metrics, as before).
+        connector = getattr(trainer, "_logger_connector", None)
+        self._log_now = getattr(connector, "should_update_logs", True) or last
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         logits, targets = self.logits_and_targets(batch)
