@@ -17,6 +17,9 @@ import sys
 PROG = "attnlab-train"
 
 _EXIT_STATUSES: list[str] = []  # a single run's status (it runs in this process)
+# The preflight checked every job's config in this process (not --help, not another sweeper):
+# jobs that run here need not be checked again (jobs on other machines or processes are).
+_CHECKED_HERE = False
 
 
 def _task(cfg) -> dict:
@@ -25,20 +28,23 @@ def _task(cfg) -> dict:
     from hydra.types import RunMode
 
     from attnlab.config.plain import to_plain
-    from attnlab.config.trainer_check import trainer_problem
+    from attnlab.config.trainer_check import REMOTE_LAUNCHERS, trainer_problem
     from attnlab.runs.identity import RunConfigChanged
     from attnlab.training.run import train
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
         cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
-    problem = trainer_problem(to_plain(cfg.trainer))  # on the machine the job runs on
+    checked = (
+        _CHECKED_HERE and hydra_cfg.runtime.choices.get("hydra/launcher") not in REMOTE_LAUNCHERS
+    )
+    problem = None if checked else trainer_problem(to_plain(cfg.trainer))  # on the job's machine
     if problem:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         _EXIT_STATUSES.append("config_error")
         return {"status": "config_error", "error": problem}
     try:
-        results = train(cfg, overrides=list(hydra_cfg.overrides.task))
+        results = train(cfg, overrides=list(hydra_cfg.overrides.task), validated=checked)
     except RunConfigChanged as err:  # nothing was written: one line, exit 2
         print(f"{PROG}: error: {err}", file=sys.stderr)
         _EXIT_STATUSES.append("config_error")
@@ -56,8 +62,10 @@ def main() -> None:
     from attnlab.config.resolvers import register as register_resolvers
     from attnlab.runs.status import exit_code
 
+    global _CHECKED_HERE
     register_resolvers()
     jobs = preflight(sys.argv[1:], conf_dir(), prog=PROG)
+    _CHECKED_HERE = jobs is not None
     if not _is_multirun(sys.argv[1:]):
         hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
         sys.exit(exit_code(_EXIT_STATUSES))

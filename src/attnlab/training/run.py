@@ -63,14 +63,17 @@ class Built:
     preemption: Preemption
 
 
-def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool = False) -> dict:
     """Fit, test and record one run of the composed config `cfg`; return results.json's content.
 
-    `overrides` are the command-line overrides (for the run name and the record). On an
-    exception the record says "failed" (or "interrupted") and the exception propagates.
+    `overrides` are the command-line overrides (for the run name and the record). `validated`:
+    the caller already ran validate_config on this config (attnlab-train's preflight, in this
+    process). On an exception the record says "failed" (or "interrupted") and the exception
+    propagates.
     """
     overrides = list(overrides or [])
-    validate_config(cfg)
+    if not validated:
+        validate_config(cfg)
     run_dir = Path(cfg.paths.run_dir)
     previous = RunRecord.read(run_dir)
     if _already_completed(cfg, run_dir, previous):
