@@ -83,7 +83,7 @@ def test_attn_scale_none_is_q_k_without_the_square_root():
     torch.manual_seed(0)
     mha = MultiHeadAttention(32, 4, attn_scale="none").eval()
     x = torch.randn(2, 5, 32)
-    q, k, v = (mha._split_heads(lin(x)) for lin in (mha.w_q, mha.w_k, mha.w_v))
+    q, k, v = (lin(x).view(2, 5, 4, 8).transpose(1, 2) for lin in (mha.w_q, mha.w_k, mha.w_v))
     by_hand = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v  # no / sqrt(d_k)
     by_hand = mha.w_o(by_hand.transpose(1, 2).reshape(2, 5, 32))
     for need_weights in (False, True):

@@ -133,9 +133,20 @@ class MultiHeadAttention(nn.Module):
         self.record_weights = False  # set by Transformer.record_attention()
         self.last_weights: Tensor | None = None
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _project(self, x: Tensor, *linears: nn.Linear) -> tuple[Tensor, ...]:
+        """x (B, T, d_model) through each of `linears` (W^Q, W^K, W^V), split into heads:
+        a tuple of (B, H, T, d_k). Several projections of the same x are one matrix product
+        with the weights side by side (as torch.nn.MultiheadAttention's in_proj), which is
+        faster than one product each; the parameters stay W^Q, W^K, W^V."""
+        if len(linears) == 1:
+            y = linears[0](x)
+        else:
+            weight = torch.cat([lin.weight for lin in linears])
+            bias = torch.cat([lin.bias for lin in linears]) if linears[0].bias is not None else None
+            y = F.linear(x, weight, bias)  # (B, T, n * H * d_k)
         b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
+        heads = y.view(b, t, len(linears), self.n_heads, self.d_k).permute(2, 0, 3, 1, 4)
+        return tuple(heads.unbind(0))  # each (B, H, T, d_k)
 
     def forward(
         self,
@@ -163,10 +174,17 @@ class MultiHeadAttention(nn.Module):
         rows (the beams of one sentence); keys and values are neither copied nor re-indexed.
         """
         b, t, _ = query.shape
-        q = self._split_heads(self.w_q(query))  # (B, H, T, d_k)
-        if rope is not None:
-            q = apply_rope(q, *rope)
-        k, v = self._keys_values(key, value, cache, static_kv, rope)  # (B', H, S, d_k)
+        if query is key and key is value and not static_kv:  # self-attention: one GEMM for Q, K, V
+            q, k, v = self._project(query, self.w_q, self.w_k, self.w_v)
+            if rope is not None:
+                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            if cache is not None:
+                k, v = cache.append(k, v)
+        else:
+            (q,) = self._project(query, self.w_q)  # (B, H, T, d_k)
+            if rope is not None:
+                q = apply_rope(q, *rope)
+            k, v = self._keys_values(key, value, cache, static_kv, rope)  # (B', H, S, d_k)
         groups = self._groups(b, k.size(0), causal or alibi is not None)
         if groups > 1:
             q = fold_groups(q, groups)  # (B', H, g * T, d_k)
@@ -190,8 +208,10 @@ class MultiHeadAttention(nn.Module):
         """Projected keys and values (B', H, S, d_k): new ones, with the cached ones before."""
         if static_kv and cache is not None and cache.k is not None:
             return cache.k, cache.v  # the memory, projected at the first step
-        k = self._split_heads(self.w_k(key))  # (B', H, S_new, d_k)
-        v = self._split_heads(self.w_v(value))
+        if key is value:
+            k, v = self._project(key, self.w_k, self.w_v)  # (B', H, S_new, d_k) each
+        else:
+            (k,), (v,) = self._project(key, self.w_k), self._project(value, self.w_v)
         if rope is not None:
             k = apply_rope(k, *rope)
         if cache is not None:
