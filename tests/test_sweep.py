@@ -389,6 +389,31 @@ def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
     assert "interrupted: stopping 2 running trial(s)" in output
 
 
+def test_ctrl_c_while_a_trial_starts_never_leaves_it_running(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C that lands inside subprocess.Popen (after the fork) is held until the process is
+    registered, so the runner interrupts it with the others instead of orphaning it."""
+    path = fake_sweep(tmp_path, {"x": {"values": [1, 2, 3]}}, ["fake.sleep=60"], name="race")
+    real_popen, started = subprocess.Popen, []
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        if len(started) == 2:  # Ctrl-C while the second trial's Popen has not returned yet
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the signal is handled here, inside Popen
+        return proc
+
+    monkeypatch.setattr("attnlab.sweeps.runner.subprocess.Popen", popen_then_ctrl_c)
+    t0 = time.monotonic()
+    code = sweep.main([str(path), "--parallel", "2", "--out", str(tmp_path / "out")])
+    assert code == 1
+    assert time.monotonic() - t0 < 15
+    assert len(started) == 2 and all(p.poll() is not None for p in started)  # none left running
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    statuses = [t["status"] for t in summary["trials"]]
+    assert statuses == ["interrupted", "interrupted", "not_started"]
+
+
 # --- the W&B path -------------------------------------------------------------------------------
 
 

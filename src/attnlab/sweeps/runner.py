@@ -7,12 +7,14 @@ to shut down, and records every trial.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -179,14 +181,16 @@ class _TrialPool:
             logfile.write(f"# CUDA_VISIBLE_DEVICES={result.gpus}\n")
         logfile.flush()
         try:
-            proc = subprocess.Popen(
-                trial.command,
-                stdout=logfile,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=trial_env(result.gpus),
-                start_new_session=True,
-            )
+            with _ctrl_c_deferred():  # a started process is always in self.running
+                proc = subprocess.Popen(
+                    trial.command,
+                    stdout=logfile,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=trial_env(result.gpus),
+                    start_new_session=True,
+                )
+                self.running[proc] = (result, time.monotonic(), logfile)
         except OSError as err:
             logfile.close()
             self.release(result)
@@ -196,7 +200,6 @@ class _TrialPool:
             return
         gpus = f" on GPUs {result.gpus}" if result.gpus is not None else ""
         self.log(f"{self._progress(result)} started   {trial.label}{gpus}")
-        self.running[proc] = (result, time.monotonic(), logfile)
 
     def release(self, result: TrialResult) -> None:
         if result.gpus is not None:
@@ -215,6 +218,27 @@ class _TrialPool:
             f"{self._progress(result)} {result.status:<9} {result.trial.label}"
             f"{metric} ({result.wall_time_s:.1f} s){error}"
         )
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred():
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block until its end, then raise it: a
+    KeyboardInterrupt inside subprocess.Popen, after the fork, would leave a trial running that
+    the runner does not know of and never stops. (A handler, not a blocked signal mask, which the
+    child would inherit.) Outside the main thread, where handlers cannot be set, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and previous is signal.default_int_handler:
+        raise KeyboardInterrupt
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)
 
 
 def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
