@@ -349,6 +349,17 @@ def test_gpu_pinning_never_shares_a_device_between_running_trials(tmp_path):
     assert [t["gpus"] for t in summary["trials"]] == [r["cuda_visible_devices"] for r in records]
 
 
+@pytest.fixture
+def ctrl_c_enabled():
+    """Ctrl-C handled as in an interactive shell, whatever this process inherited: a shell that
+    starts the tests in the background (`pytest &`) ignores SIGINT, and the sweep processes the
+    tests start would inherit that and never be interrupted."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_enabled")
 def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
     path = fake_sweep(tmp_path, {"x": {"values": [1, 2, 3, 4]}}, ["fake.sleep=60"], name="stop")
     out = tmp_path / "out"
@@ -389,6 +400,7 @@ def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
     assert "interrupted: stopping 2 running trial(s)" in output
 
 
+@pytest.mark.usefixtures("ctrl_c_enabled")
 def test_ctrl_c_while_a_trial_starts_never_leaves_it_running(tmp_path, monkeypatch, capsys):
     """A Ctrl-C that lands inside subprocess.Popen (after the fork) is held until the process is
     registered, so the runner interrupts it with the others instead of orphaning it."""
