@@ -222,7 +222,7 @@ class _TrialPool:
 
 @contextlib.contextmanager
 def _ctrl_c_deferred():
-    """Hold a Ctrl-C (SIGINT) that arrives inside the block until its end, then raise it: a
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block until its end, then deliver it: a
     KeyboardInterrupt inside subprocess.Popen, after the fork, would leave a trial running that
     the runner does not know of and never stops. (A handler, not a blocked signal mask, which the
     child would inherit.) Outside the main thread, where handlers cannot be set, it does nothing."""
@@ -235,10 +235,8 @@ def _ctrl_c_deferred():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if caught and previous is signal.default_int_handler:
-        raise KeyboardInterrupt
-    if caught and callable(previous):
-        previous(signal.SIGINT, None)
+    if caught:  # delivered again to the handler in place: KeyboardInterrupt, ignored, or exit
+        signal.raise_signal(signal.SIGINT)
 
 
 def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
