@@ -10,7 +10,10 @@ def _ms(stats: dict) -> str:
 
 
 def _mib(n: int | None) -> str:
-    return "" if n is None else f"{n / 2**20:.4g} MiB"
+    if n is None:
+        return ""
+    mib = n / 2**20
+    return f"{mib:,.0f} MiB" if mib >= 1000 else f"{mib:.4g} MiB"  # 18,560 MiB, not 1.856e+04
 
 
 def vs_torch_nn(section: dict) -> str:
