@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU battery (issue 13, docs/benchmark.md): on one lent H100 / H200, in steps that each end
-# well inside the device tool's 10-minute limit per command, about 35 minutes of device time.
+# well inside the device tool's 10-minute limit per command: about 21 minutes of device time on an
+# H100 on 2026-11-22 (multi30k 825 s, bench 3.5 min, attention and tests 30 s each, the start).
 #
 # Here, on the development machine (it has the network), once:
 #     scripts/gpu_battery.sh prepare     # hydra-core wheels into .whl/, Multi30k into .battery/
