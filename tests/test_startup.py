@@ -60,3 +60,53 @@ def test_shell_completion_imports_no_torch():
     code, out, modules = _train_command("--shell-completion", "query=bash", env=env)
     assert code == 0 and "model.pos_encoding=" in out
     assert modules and not modules & set(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_an_offline_wandb_run_does_not_import_wandb_launch(tmp_path):
+    """wandb.init imported W&B Launch's agent (0.45 s of a 3.2 s start) to apply job inputs that
+    nothing staged; attnlab-train skips that import and leaves no stand-in module behind."""
+    import os
+
+    code = (
+        "import sys\n"
+        "sys.argv = ['attnlab-train', 'debug=tiny', 'trainer.max_steps=1', 'logger=wandb',\n"
+        f"            'paths.root={tmp_path}', 'trainer.limit_test_batches=1']\n"
+        "from attnlab.cli.train import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print('WANDB', 'wandb' in sys.modules, 'wandb.sdk.launch.agent' in sys.modules,\n"
+        "      'wandb.sdk.launch.inputs.internal' in sys.modules)\n"
+    )
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "W&B is offline" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "WANDB True False False"
+
+
+def test_the_launch_stand_in_is_a_no_op_only_where_nothing_was_staged():
+    """Inside the block the stand-in's StagedLaunchInputs applies nothing and any other name
+    loads the real module; where the real module is loaded already, it is what wandb gets."""
+    import importlib
+
+    from attnlab.runs.wandb import LAUNCH_INPUTS, skipping_unused_launch_inputs
+
+    sys.modules.pop(LAUNCH_INPUTS, None)
+    with skipping_unused_launch_inputs():
+        from wandb.sdk.launch.inputs.internal import StagedLaunchInputs
+
+        assert StagedLaunchInputs().apply(run=None) is None
+        assert "__file__" not in vars(sys.modules[LAUNCH_INPUTS])  # the stand-in
+    assert LAUNCH_INPUTS not in sys.modules
+    with skipping_unused_launch_inputs():
+        from wandb.sdk.launch.inputs.internal import ConfigTmpDir  # not in the stand-in
+
+        assert sys.modules[LAUNCH_INPUTS].ConfigTmpDir is ConfigTmpDir
+    real = importlib.import_module(LAUNCH_INPUTS)
+    with skipping_unused_launch_inputs():
+        assert sys.modules[LAUNCH_INPUTS] is real
+    assert sys.modules[LAUNCH_INPUTS] is real

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from attnlab.runs.history import logged_rows, wandb_segments
 from attnlab.runs.identity import wandb_run_id
-from attnlab.runs.wandb import wandb_mode, wandb_offline_reason
+from attnlab.runs.wandb import skipping_unused_launch_inputs, wandb_mode, wandb_offline_reason
 
 PROG = "attnlab-train"
 TENSORBOARD_EXTRA = 'pip install "attnlab[tensorboard]"'
@@ -28,6 +28,8 @@ def build_loggers(cfg, run_dir: Path, name: str) -> list:
     if wandb_cfg is not None and wandb_mode() != "disabled":  # WANDB_MODE=disabled: no W&B
         with _keep_env("WANDB_MODE"):  # Lightning sets WANDB_MODE=dryrun for offline runs
             logger, offline_reason = _wandb_logger(cfg, wandb_cfg, run_dir, name, previous)
+            with skipping_unused_launch_inputs():
+                logger.experiment  # noqa: B018  wandb.init, here (rank 0; Lightning would later)
             loggers.append(logger)
             if offline_reason and rank_zero_only.rank == 0:
                 print(f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
