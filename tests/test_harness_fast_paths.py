@@ -1,6 +1,6 @@
 """The harness's fast paths change results only within numerical tolerance: model.compile
 (torch.compile inside the LightningModule; checkpoints, resume and averaging unchanged),
-bf16 autocast, and fp16 refused on a CPU in one line."""
+bf16 autocast, skipping padding (model.skip_padding), and fp16 refused on a CPU in one line."""
 
 from __future__ import annotations
 
@@ -64,6 +64,36 @@ def test_compiled_training_matches_eager_within_tolerance(compose, tmp_path):
     compiled = _run(compose, tmp_path / "compiled", "model.compile=true")
     for key in ("train/loss", "val/loss", "test/loss"):
         assert compiled["metrics"][key] == pytest.approx(eager["metrics"][key], rel=1e-4), key
+
+
+def test_skipping_padding_trains_like_computing_every_position(compose, tmp_path):
+    """The losses of training and evaluation take logits at the real targets only, and the
+    layers skip the pads (debug=tiny's reversal batches are about half padding); without
+    dropout (whose masks are drawn for other shapes) the run is that of model.skip_padding=false
+    up to float rounding."""
+    no_dropout = ["model.dropout=0.0"]
+    skipped = _run(compose, tmp_path / "skip", *no_dropout)
+    full = _run(compose, tmp_path / "full", *no_dropout, "model.skip_padding=false")
+    for key in ("train/loss", "train/token_acc", "val/loss", "val/nll", "test/loss"):
+        assert skipped["metrics"][key] == pytest.approx(full["metrics"][key], rel=1e-4), key
+
+
+def test_the_loss_gets_logits_at_real_targets_unless_compiled(compose):
+    from attnlab.training.run import build_datamodule, build_module
+
+    cfg = compose(["debug=tiny", "logger=none"])
+    datamodule = build_datamodule(cfg, None)
+    datamodule.setup("fit")
+    batch = next(iter(datamodule.train_dataloader()))
+    module = build_module(cfg, datamodule)
+    real = batch["tgt_out"] != module.pad_id
+    assert not bool(real.all())  # the batch has pads to skip
+    logits, targets = module.loss_logits_and_targets(batch)
+    assert logits.shape == (int(real.sum()), module.model.config.vocab_size)
+    assert torch.equal(targets, batch["tgt_out"][real])
+    module.hparams.compile = True  # a compiled graph computes every position
+    logits, targets = module.loss_logits_and_targets(batch)
+    assert logits.shape[:2] == real.shape and targets is batch["tgt_out"]
 
 
 def test_bf16_autocast_changes_loss_and_gradients_only_within_tolerance():

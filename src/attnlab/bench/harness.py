@@ -112,7 +112,7 @@ def _plain_block(ctx: Context) -> float:
     for batch in datamodule.train_dataloader():
         batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
         with ctx.autocast(device):
-            logits, targets = module.logits_and_targets(batch)
+            logits, targets = module.loss_logits_and_targets(batch)
         loss = label_smoothed_nll(logits, targets, cfg.loss.label_smoothing, module.pad_id)[0]
         loss.backward()
         if clip:

@@ -85,6 +85,7 @@ class ModelConfig:
     attn_scale: AttnScale = AttnScale(_TC.attn_scale)  # none: no 1/sqrt(d_k) (a classic bug)
     mask_source_padding: bool = _TC.mask_source_padding  # false: queries see source pads
     activation_checkpointing: bool = _TC.activation_checkpointing  # recompute layers in backward
+    skip_padding: bool = _TC.skip_padding  # position-wise work on real tokens only
     # Harness switches (HARNESS_MODEL_KEYS), not TransformerConfig fields: torch.compile the
     # model inside the LightningModule; checkpoints keep their plain keys.
     compile: bool = False

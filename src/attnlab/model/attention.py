@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from attnlab.model.cache import AttentionCache
 from attnlab.model.config import ATTN_SCALES
+from attnlab.model.packing import Packing
 from attnlab.model.positional import apply_rope
 from attnlab.validation import choice_problem, raise_first
 
@@ -133,18 +134,23 @@ class MultiHeadAttention(nn.Module):
         self.record_weights = False  # set by Transformer.record_attention()
         self.last_weights: Tensor | None = None
 
-    def _project(self, x: Tensor, *linears: nn.Linear) -> tuple[Tensor, ...]:
+    def _project(
+        self, x: Tensor, *linears: nn.Linear, packing: Packing | None = None
+    ) -> tuple[Tensor, ...]:
         """x (B, T, d_model) through each of `linears` (W^Q, W^K, W^V), split into heads:
         a tuple of (B, H, T, d_k). Several projections of the same x are one matrix product
         with the weights side by side (as torch.nn.MultiheadAttention's in_proj), which is
-        faster than one product each; the parameters stay W^Q, W^K, W^V."""
+        faster than one product each; the parameters stay W^Q, W^K, W^V. With a `packing`,
+        x is (N, d_model), its real positions only; the heads get zeros at the pads."""
         if len(linears) == 1:
             y = linears[0](x)
         else:
             weight = torch.cat([lin.weight for lin in linears])
             bias = torch.cat([lin.bias for lin in linears]) if linears[0].bias is not None else None
-            y = F.linear(x, weight, bias)  # (B, T, n * H * d_k)
-        b, t, _ = x.shape
+            y = F.linear(x, weight, bias)  # (B, T, n * H * d_k), or (N, ...) packed
+        if packing is not None:
+            y = packing.unpack(y)
+        b, t, _ = y.shape
         heads = y.view(b, t, len(linears), self.n_heads, self.d_k).permute(2, 0, 3, 1, 4)
         return tuple(heads.unbind(0))  # each (B, H, T, d_k)
 
@@ -160,6 +166,7 @@ class MultiHeadAttention(nn.Module):
         static_kv: bool = False,
         rope: tuple[Tensor, Tensor] | None = None,
         alibi: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """query (B, T, d_model), key/value (B', S, d_model) -> output (B, T, d_model), weights.
 
@@ -172,19 +179,22 @@ class MultiHeadAttention(nn.Module):
         `alibi`: bias (1, H, T, S).
         Shared memory (beam search): when B' < B, each key row serves B / B' consecutive query
         rows (the beams of one sentence); keys and values are neither copied nor re-indexed.
+        `packing` (attnlab.model.packing): the query holds the N real positions of a (B, T)
+        batch, (N, d_model), and so does the output; the attention core runs on (B, T).
+        Self-attention keys and values are then the query's; cross-attention's stay (B', S).
         """
-        b, t, _ = query.shape
         if query is key and key is value and not static_kv:  # self-attention: one GEMM for Q, K, V
-            q, k, v = self._project(query, self.w_q, self.w_k, self.w_v)
+            q, k, v = self._project(query, self.w_q, self.w_k, self.w_v, packing=packing)
             if rope is not None:
                 q, k = apply_rope(q, *rope), apply_rope(k, *rope)
             if cache is not None:
                 k, v = cache.append(k, v)
         else:
-            (q,) = self._project(query, self.w_q)  # (B, H, T, d_k)
+            (q,) = self._project(query, self.w_q, packing=packing)  # (B, H, T, d_k)
             if rope is not None:
                 q = apply_rope(q, *rope)
             k, v = self._keys_values(key, value, cache, static_kv, rope)  # (B', H, S, d_k)
+        b, _, t, _ = q.shape
         groups = self._groups(b, k.size(0), causal or alibi is not None)
         if groups > 1:
             q = fold_groups(q, groups)  # (B', H, g * T, d_k)
@@ -195,6 +205,8 @@ class MultiHeadAttention(nn.Module):
         if self.record_weights:
             self.last_weights = weights.detach()
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k)  # (B, T, H * d_k)
+        if packing is not None:
+            out = packing.pack(out)  # (N, H * d_k)
         return self.w_o(out), (weights if need_weights else None)
 
     def _keys_values(

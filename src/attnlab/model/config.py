@@ -34,7 +34,11 @@ class TransformerConfig:
     Controls for classic mistakes (defaults are the paper): `attn_scale="none"` drops Eq. 1's
     1/sqrt(d_k); `mask_source_padding=False` lets encoder self-attention and cross-attention
     attend to source pads. `activation_checkpointing` recomputes each layer in the backward
-    pass (training only) to save memory; it changes no result.
+    pass (training only) to save memory; it changes no result. `skip_padding`: when logits are
+    asked for at some positions only (Transformer.forward's logits_at, what the training and
+    evaluation losses do), the position-wise work (projections, FFN, norms) runs on the real
+    tokens of a padded batch only (attnlab.model.packing); the results are unchanged up to
+    float rounding (with dropout, other random masks are drawn).
     """
 
     vocab_size: int = 37000
@@ -58,6 +62,7 @@ class TransformerConfig:
     attn_scale: str = "sqrt_dk"
     mask_source_padding: bool = True
     activation_checkpointing: bool = False
+    skip_padding: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -153,7 +158,12 @@ class TransformerConfig:
         return []
 
     def _flag_problems(self) -> list[str]:
-        flags = ("share_embeddings", "mask_source_padding", "activation_checkpointing")
+        flags = (
+            "share_embeddings",
+            "mask_source_padding",
+            "activation_checkpointing",
+            "skip_padding",
+        )
         return [
             not_valid(name, getattr(self, name), "true or false")
             for name in flags

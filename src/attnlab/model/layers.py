@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from attnlab.model.attention import MultiHeadAttention
 from attnlab.model.cache import LayerCache
 from attnlab.model.config import TransformerConfig
+from attnlab.model.packing import Packing
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -90,12 +91,16 @@ class EncoderLayer(nn.Module):
         padding_mask: Tensor | None,
         rope: tuple[Tensor, Tensor] | None = None,
         alibi: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> Tensor:
-        """x: (B, S, d_model); padding_mask: (B, S) bool, True at pads, or None (no pads, or
-        pads left visible); rope, alibi: the stack's tables for these S positions."""
+        """x: (B, S, d_model), or (N, d_model) with a `packing` (its real positions only);
+        padding_mask: (B, S) bool, True at pads, or None (no pads, or pads left visible);
+        rope, alibi: the stack's tables for these S positions."""
 
         def attend(h: Tensor) -> Tensor:
-            return self.self_attn(h, h, h, key_padding_mask=padding_mask, rope=rope, alibi=alibi)[0]
+            return self.self_attn(
+                h, h, h, key_padding_mask=padding_mask, rope=rope, alibi=alibi, packing=packing
+            )[0]
 
         x = self.attn_block(x, attend)
         return self.ffn_block(x, self.ffn)
@@ -128,14 +133,18 @@ class DecoderLayer(nn.Module):
         cache: LayerCache | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
         alibi: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> Tensor:
-        """x: (B, T, d_model); memory: (B', S, d_model) from the encoder (B' may divide B, see
-        MultiHeadAttention); memory_padding_mask: (B', S) bool or None; cache: this layer's
-        keys and values; rope, alibi: the stack's tables for the T new positions."""
+        """x: (B, T, d_model), or (N, d_model) with a `packing` (its real positions only);
+        memory: (B', S, d_model) from the encoder (B' may divide B, see MultiHeadAttention);
+        memory_padding_mask: (B', S) bool or None; cache: this layer's keys and values;
+        rope, alibi: the stack's tables for the T new positions."""
 
         def self_attend(h: Tensor) -> Tensor:
             self_cache = cache.self_attn if cache is not None else None
-            return self.self_attn(h, h, h, causal=True, cache=self_cache, rope=rope, alibi=alibi)[0]
+            return self.self_attn(
+                h, h, h, causal=True, cache=self_cache, rope=rope, alibi=alibi, packing=packing
+            )[0]
 
         def cross_attend(h: Tensor) -> Tensor:
             cross_cache = cache.cross_attn if cache is not None else None
@@ -146,6 +155,7 @@ class DecoderLayer(nn.Module):
                 key_padding_mask=memory_padding_mask,
                 cache=cross_cache,
                 static_kv=True,
+                packing=packing,
             )[0]
 
         x = self.self_block(x, self_attend)

@@ -3,7 +3,10 @@
 A stack is token embeddings (Sec. 3.4) + absolute positions (Sec. 3.5) + dropout (Sec. 5.4),
 then N layers, then (Pre-LN only) a final norm. What every layer of one forward pass shares is
 computed here once and handed to the layers: RoPE's cos/sin and ALiBi's bias for this pass's
-positions, and whether source padding needs a mask at all.
+positions, whether source padding needs a mask at all, and, when the caller lets the stack skip
+the pads (`skip_padding=True` in forward, with the config's skip_padding on), which positions
+are real: the position-wise work of the layers then runs on the real tokens only
+(attnlab.model.packing), and the stack hands back the usual (B, T, d_model), zeros at the pads.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from attnlab.model.cache import KVCache
 from attnlab.model.config import TransformerConfig
 from attnlab.model.layers import DecoderLayer, Embeddings, EncoderLayer, make_norm
+from attnlab.model.packing import Packing
 from attnlab.model.positional import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -57,6 +61,18 @@ class _Stack(nn.Module):
         self.layers = layers
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
         self.activation_checkpointing = cfg.activation_checkpointing
+        self.skip_padding = cfg.skip_padding
+        self.pad_id = cfg.pad_id
+
+    def packing(self, tokens: Tensor, skip: bool | Tensor, pads_hidden: bool) -> Packing | None:
+        """The real positions of tokens (B, T) when the layers may skip the pads: the caller
+        asks (`skip`: True, or the (B, T) bool positions whose output it needs, which are kept
+        even at a pad), the config's skip_padding is on, and no real position can see a pad
+        (`pads_hidden`); else None."""
+        if skip is False or not (self.skip_padding and pads_hidden):
+            return None
+        real = tokens.ne(self.pad_id)
+        return Packing.of(real if skip is True else real | skip)
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """(B, T) tokens at positions offset .. offset + T - 1 -> (B, T, d_model)."""
@@ -82,8 +98,10 @@ class _Stack(nn.Module):
                 return checkpoint(layer, *args, use_reentrant=False, **kwargs)
         return layer(*args, **kwargs)
 
-    def finish(self, x: Tensor) -> Tensor:
-        return self.final_norm(x) if self.final_norm is not None else x
+    def finish(self, x: Tensor, packing: Packing | None) -> Tensor:
+        """The final norm (Pre-LN); packed rows back to (B, T, d_model), zeros at the pads."""
+        x = self.final_norm(x) if self.final_norm is not None else x
+        return packing.unpack(x) if packing is not None else x
 
 
 class Encoder(_Stack):
@@ -92,18 +110,21 @@ class Encoder(_Stack):
     def __init__(self, cfg: TransformerConfig, embeddings: Embeddings):
         layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         super().__init__(cfg, embeddings, layers)
-        self.pad_id = cfg.pad_id
         self.mask_source_padding = cfg.mask_source_padding
 
-    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """src (B, S) -> memory (B, S, d_model), padding mask (B, S) bool (True at pads)."""
+    def forward(self, src: Tensor, skip_padding: bool = False) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, d_model), padding mask (B, S) bool (True at pads).
+        skip_padding: the caller needs no output at the pads (they are zeros then)."""
         padding_mask = src.eq(self.pad_id)
         key_mask = source_key_mask(padding_mask, self.mask_source_padding)
+        packing = self.packing(src, skip_padding, pads_hidden=key_mask is not None)
         x = self.embed(src)
         rope, alibi = self.relative_positions(src.size(1), src.size(1), x)
+        if packing is not None:
+            x = packing.pack(x)  # (N, d_model)
         for layer in self.layers:
-            x = self.call_layer(layer, x, key_mask, rope=rope, alibi=alibi)
-        return self.finish(x), padding_mask
+            x = self.call_layer(layer, x, key_mask, rope=rope, alibi=alibi, packing=packing)
+        return self.finish(x, packing), padding_mask
 
 
 class Decoder(_Stack):
@@ -123,18 +144,25 @@ class Decoder(_Stack):
         memory: Tensor | None = None,
         memory_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
+        skip_padding: bool | Tensor = False,
     ) -> Tensor:
         """tgt_in (B, T) -> hidden states (B, T, d_model).
 
         memory (B', S, d_model) and memory_padding_mask (B', S) come from Encoder.forward;
         B' = B, or B' divides B and each memory row serves B / B' consecutive target rows (the
         beams of one sentence in beam search). With a cache, tgt_in holds only the new
-        positions, which follow the cache.length processed before; the cache then advances."""
+        positions, which follow the cache.length processed before; the cache then advances.
+        skip_padding: the caller needs no output at the pads (they are zeros then), or a (B, T)
+        bool of the positions it needs; targets are right-padded, so the causal mask hides a
+        target's pads from its real tokens and, without a cache, the layers may skip them."""
         t = tgt_in.size(1)
         offset = cache.length if cache is not None else 0
         key_mask = source_key_mask(memory_padding_mask, self.mask_source_padding)
+        packing = self.packing(tgt_in, skip_padding, pads_hidden=cache is None)
         x = self.embed(tgt_in, offset)
         rope, alibi = self.relative_positions(t, offset + t, x)
+        if packing is not None:
+            x = packing.pack(x)  # (N, d_model)
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
             x = self.call_layer(
@@ -145,8 +173,9 @@ class Decoder(_Stack):
                 layer_cache,
                 rope=rope,
                 alibi=alibi,
+                packing=packing,
                 may_checkpoint=cache is None,  # a recomputed step would append to the cache twice
             )
         if cache is not None:
             cache.length += t
-        return self.finish(x)
+        return self.finish(x, packing)

@@ -24,7 +24,11 @@ from attnlab.model.stacks import Decoder, Encoder
 
 class Transformer(nn.Module):
     """forward(src, tgt_in) -> logits (B, T, V) for arch="encoder_decoder";
-    forward(tokens) -> logits (B, T, V) for arch="decoder_only"."""
+    forward(tokens) -> logits (B, T, V) for arch="decoder_only".
+    With `logits_at` (B, T) bool, only those positions' logits, (N, V) in row-major order:
+    a loss needs them at the real targets only, and the output layer (d_model x V per
+    position) is the widest matrix product of the model. The stacks then also skip the pads
+    (config.skip_padding, attnlab.model.packing): no output at a pad is asked for."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -74,11 +78,12 @@ class Transformer(nn.Module):
                         module.weight[module.padding_idx].zero_()
 
     # --- the two halves -------------------------------------------------------------------
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """src (B, S) -> memory (B, S, d_model), src padding mask (B, S) bool (True at pads)."""
+    def encode(self, src: Tensor, skip_padding: bool = False) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, d_model), src padding mask (B, S) bool (True at pads).
+        skip_padding: the memory at the pads is not needed (zeros then; see Encoder)."""
         if self.encoder is None:
             raise RuntimeError("encode() needs arch='encoder_decoder'")
-        return self.encoder(src)
+        return self.encoder(src, skip_padding)
 
     def decode(
         self,
@@ -86,23 +91,31 @@ class Transformer(nn.Module):
         memory: Tensor | None = None,
         memory_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
+        logits_at: Tensor | None = None,
     ) -> Tensor:
-        """tgt_in (B, T) -> logits (B, T, V). With a cache, tgt_in holds only the new positions.
-        See Decoder.forward for memory shared by beams."""
-        return self.generator(self.decoder(tgt_in, memory, memory_padding_mask, cache))
+        """tgt_in (B, T) -> logits (B, T, V), or (N, V) at the N True positions of logits_at
+        (B, T) bool. With a cache, tgt_in holds only the new positions. See Decoder.forward
+        for memory shared by beams."""
+        skip = logits_at if logits_at is not None else False
+        hidden = self.decoder(tgt_in, memory, memory_padding_mask, cache, skip)  # (B, T, d_model)
+        if logits_at is not None:
+            hidden = hidden[logits_at]  # (N, d_model)
+        return self.generator(hidden)
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.decoder.layers))
 
-    def forward(self, src: Tensor, tgt_in: Tensor | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor | None = None, logits_at: Tensor | None = None
+    ) -> Tensor:
         if self.encoder is None:
             if tgt_in is not None:
                 raise ValueError("a decoder_only Transformer takes forward(tokens)")
-            return self.decode(src)
+            return self.decode(src, logits_at=logits_at)
         if tgt_in is None:
             raise ValueError("an encoder_decoder Transformer takes forward(src, tgt_in)")
-        memory, padding_mask = self.encode(src)
-        return self.decode(tgt_in, memory, padding_mask)
+        memory, padding_mask = self.encode(src, skip_padding=logits_at is not None)
+        return self.decode(tgt_in, memory, padding_mask, logits_at=logits_at)
 
     # --- introspection --------------------------------------------------------------------
     def num_parameters(self, trainable_only: bool = False) -> int:

@@ -68,7 +68,8 @@ def _rows(x: Tensor, y: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 def label_smoothed_nll(
     logits: Tensor, targets: Tensor, label_smoothing: float, pad_id: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Token-level losses of logits (B, T, V) against targets (B, T), PAD positions ignored.
+    """Token-level losses of logits (..., V) against targets (...), e.g. (B, T, V) and (B, T)
+    or (N, V) and (N,), PAD positions ignored.
 
     Returns (loss, nll, n_tokens): `loss` is the smoothed objective, the cross-entropy against
     (1 - eps) * one_hot(y) + eps / V, i.e. per token (1 - eps) * (-log p_y) + eps * mean_v

@@ -7,7 +7,8 @@ from torch import Tensor
 
 
 def token_accuracy(logits: Tensor, targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
-    """(correct, total) over non-PAD targets: argmax of logits (B, T, V) == targets (B, T)."""
+    """(correct, total) over non-PAD targets: argmax of logits (..., V) == targets (...),
+    e.g. (B, T, V) and (B, T), or (N, V) and (N,)."""
     mask = targets != pad_id
     correct = ((logits.argmax(-1) == targets) & mask).sum()
     return correct, mask.sum()

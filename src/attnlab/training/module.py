@@ -100,9 +100,25 @@ class TransformerModule(L.LightningModule):
         self._param_list: list[nn.Parameter] | None = None
 
     # --- what subclasses define -----------------------------------------------------------
+    def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
+        """The model's inputs for teacher forcing, and the targets (B, T)."""
+        raise NotImplementedError
+
     def logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
         """Teacher-forced logits (B, T, V) and their targets (B, T)."""
-        raise NotImplementedError
+        inputs, targets = self.inputs_and_targets(batch)
+        return self.model(*inputs), targets
+
+    def loss_logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
+        """What the loss and token accuracy need: the logits (N, V) at the N non-PAD targets
+        and those targets (N,); the output layer skips the pads (Transformer's logits_at).
+        A compiled model computes every position, (B, T, V) and (B, T), as the loss allows:
+        selecting rows inside the graph would break it on the data-dependent N."""
+        inputs, targets = self.inputs_and_targets(batch)
+        if self.hparams.compile:
+            return self.model(*inputs), targets
+        real = targets != self.pad_id
+        return self.model(*inputs, logits_at=real), targets[real]
 
     def predict_sequences(self, batch: dict) -> tuple[Tensor, Tensor] | None:
         """Greedy predictions (B, L) and references (B, T), both ending in EOS; None if the
@@ -127,7 +143,7 @@ class TransformerModule(L.LightningModule):
         self._log_now = getattr(connector, "should_update_logs", True) or last
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        logits, targets = self.logits_and_targets(batch)
+        logits, targets = self.loss_logits_and_targets(batch)
         loss, nll, n_tokens = label_smoothed_nll(
             logits, targets, self.hparams.label_smoothing, self.pad_id
         )
@@ -151,7 +167,7 @@ class TransformerModule(L.LightningModule):
         if self.trainer.world_size > 1:
             sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
         loss_sum, nll_sum, g_tokens, g_correct, g_total = sums.unbind()
-        g_n, bs = g_tokens.clamp(min=1), targets.size(0)
+        g_n, bs = g_tokens.clamp(min=1), targets.size(0)  # rows, or tokens when (N,)
         self.log("train/loss", loss_sum / g_n, on_step=True, prog_bar=True, batch_size=bs)
         self.log("train/nll", nll_sum / g_n, on_step=True, batch_size=bs)
         self.log("train/perplexity", torch.exp(nll_sum / g_n), on_step=True, batch_size=bs)
@@ -227,7 +243,7 @@ class TransformerModule(L.LightningModule):
 
     # --- evaluation -----------------------------------------------------------------------
     def _eval_step(self, split: str, batch: dict) -> None:
-        logits, targets = self.logits_and_targets(batch)
+        logits, targets = self.loss_logits_and_targets(batch)
         loss, nll, n_tokens = label_smoothed_nll(
             logits, targets, self.hparams.label_smoothing, self.pad_id
         )
@@ -298,8 +314,8 @@ class Seq2SeqModule(TransformerModule):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.model(src, tgt_in)
 
-    def logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
-        return self.model(batch["src"], batch["tgt_in"]), batch["tgt_out"]
+    def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
+        return (batch["src"], batch["tgt_in"]), batch["tgt_out"]
 
     def predict_sequences(self, batch: dict) -> tuple[Tensor, Tensor]:
         from attnlab.model.decoding import greedy_decode
@@ -320,8 +336,8 @@ class LanguageModelModule(TransformerModule):
     def forward(self, tokens: Tensor) -> Tensor:
         return self.model(tokens)
 
-    def logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
-        return self.model(batch["tokens"]), batch["targets"]
+    def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
+        return (batch["tokens"],), batch["targets"]
 
     def predict_sequences(self, batch: dict) -> tuple[Tensor, Tensor] | None:
         from attnlab.model.decoding import generate
