@@ -61,6 +61,17 @@ class Context:
         targets = batch["tgt_out"] if self.task == "seq2seq" else batch["targets"]
         return int(targets.ne(self.special_ids["pad"]).sum())
 
+    def padding_fraction(self) -> dict[str, float]:
+        """{input name: the fraction of its positions that are PAD} over the batches, for the
+        model's inputs (src and tgt_in, or tokens): what skipping padding can save."""
+        names = ("src", "tgt_in") if self.task == "seq2seq" else ("tokens",)
+        pad = self.special_ids["pad"]
+        return {
+            name: sum(int(b[name].eq(pad).sum()) for b in self.batches)
+            / max(sum(b[name].numel() for b in self.batches), 1)
+            for name in names
+        }
+
     def step_batches(self, steps: int) -> list[dict]:
         """The batches of `steps` consecutive steps (the fixed set, cycled)."""
         return [self.batches[i % len(self.batches)] for i in range(steps)]

@@ -52,9 +52,15 @@ def vs_torch_nn(section: dict) -> str:
                     fmt_number(a["tflops"]),
                 ]
             )
+    padding = "; ".join(
+        f"{size}: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["padding"].items())
+        for size, result in section.items()
+        if "padding" in result
+    )
     return (
         "training step, attnlab vs torch.nn.Transformer (ratio > 1: attnlab faster)\n"
         + text_table(rows)
+        + (f"\npadded positions (attnlab skips them): {padding}" if padding else "")
     )
 
 

@@ -3,7 +3,10 @@ compiled; with the FLOP rate and, on a GPU, MFU) and `memory` (activation checkp
 
 A training step is what a plain loop does: zero the gradients, forward (under the configured
 precision's autocast), label-smoothed loss, backward, optimizer step, with the same optimizer
-(attnlab.training.optimizer: fused Adam where torch has it) for both contenders."""
+(attnlab.training.optimizer: fused Adam where torch has it) for both contenders. Both compute
+the logits at the real targets only, as attnlab-train does (eager; a compiled model computes
+every position, as in attnlab-train), so that the ratio is the models' own: attnlab's layers
+then skip the pads (model.skip_padding), torch.nn's compute every position."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ class Stepper:
 
     def __init__(self, ctx: Context, model: nn.Module):
         self.ctx, self.model = ctx, model.train()
+        self.real_targets_only = model._compiled_call_impl is None  # as TransformerModule
         self.optimizer = build_optimizer(model, to_plain(ctx.cfg.optim))
         for group in self.optimizer.param_groups:
             group["lr"] = 1e-4  # small and constant: the timing does not depend on it
@@ -34,11 +38,14 @@ class Stepper:
     def step(self, batch: dict) -> None:
         ctx = self.ctx
         self.optimizer.zero_grad(set_to_none=True)
+        inputs = (batch["src"], batch["tgt_in"]) if ctx.task == "seq2seq" else (batch["tokens"],)
+        targets = batch["tgt_out"] if ctx.task == "seq2seq" else batch["targets"]
         with ctx.autocast():
-            if ctx.task == "seq2seq":
-                logits, targets = self.model(batch["src"], batch["tgt_in"]), batch["tgt_out"]
+            if self.real_targets_only:  # TransformerModule.loss_logits_and_targets
+                real = targets != ctx.special_ids["pad"]
+                logits, targets = self.model(*inputs, logits_at=real), targets[real]
             else:
-                logits, targets = self.model(batch["tokens"]), batch["targets"]
+                logits = self.model(*inputs)
         loss = label_smoothed_nll(logits, targets, 0.1, ctx.special_ids["pad"])[0]
         loss.backward()
         self.optimizer.step()
@@ -108,6 +115,7 @@ def run_vs_torch_nn(ctx: Context, compile_mode: str) -> dict:
         },
         "tokens_per_step": tokens,
         "flops_per_step": flops,
+        "padding": ctx.padding_fraction(),  # what attnlab's skipped pads can save
     }
     modes = {"off": ["eager"], "on": ["compiled"], "both": ["eager", "compiled"]}[compile_mode]
     for mode in modes:

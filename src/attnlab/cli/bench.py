@@ -152,6 +152,7 @@ def _config_summary(ctx) -> dict:
         "task": ctx.task,
         "batch_shapes": shapes,
         "target_tokens_per_batch": [ctx.target_tokens(b) for b in ctx.batches],
+        "padding": ctx.padding_fraction(),
     }
 
 
