@@ -39,13 +39,20 @@ def rows_seen_by_ffn(model, fn) -> list[int]:
     return [shape[0] if len(shape) == 2 else shape[0] * shape[1] for shape in seen]
 
 
+CONFIGS = {
+    **{f"{pe}-{norm}": dict(pos_encoding=pe, norm_position=norm)
+       for pe in ("sinusoidal", "learned", "rope", "alibi", "none") for norm in ("post", "pre")},
+    "checkpointed": dict(activation_checkpointing=True),  # the packing passes through checkpoint
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("pe", ["sinusoidal", "learned", "rope", "alibi", "none"])
-@pytest.mark.parametrize("norm", ["post", "pre"])
-def test_logits_at_real_targets_equal_the_full_forward(arch, pe, norm):
+@pytest.mark.parametrize("config", CONFIGS)
+def test_logits_at_real_targets_equal_the_full_forward(arch, config):
     torch.manual_seed(0)
-    model = Transformer(tiny(arch=arch, pos_encoding=pe, norm_position=norm))
-    twin = Transformer(tiny(arch=arch, pos_encoding=pe, norm_position=norm, skip_padding=False))
+    fields = CONFIGS[config]
+    model = Transformer(tiny(arch=arch, **fields))
+    twin = Transformer(tiny(arch=arch, **fields, skip_padding=False))
     twin.load_state_dict(model.state_dict())
     src, tgt = padded_batch()
     real = tgt != PAD
