@@ -44,7 +44,8 @@ def test_quick_bench_writes_every_section(tmp_path):
     # debug=tiny's reversal batches have sentences of several lengths: pads that attnlab skips
     assert vs["padding"] == r["config"]["padding"] and set(vs["padding"]) == {"src", "tgt_in"}
     assert all(0 < share < 1 for share in vs["padding"].values())
-    assert "padded positions (attnlab skips them): d32-1+1: src" in proc.stdout
+    assert vs["skip_padding"] is True
+    assert "padded positions (attnlab skips them, eager): d32-1+1: src" in proc.stdout
     for name in ("attnlab", "torch_nn"):
         _timing(vs["eager"][name])
         assert _positive(vs["eager"][name]["tokens_per_s"])

@@ -53,14 +53,16 @@ def vs_torch_nn(section: dict) -> str:
                 ]
             )
     padding = "; ".join(
-        f"{size}: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["padding"].items())
+        f"{size}: "
+        + ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["padding"].items())
+        + ("" if result.get("skip_padding", True) else " (model.skip_padding=false: computed)")
         for size, result in section.items()
         if "padding" in result
     )
     return (
         "training step, attnlab vs torch.nn.Transformer (ratio > 1: attnlab faster)\n"
         + text_table(rows)
-        + (f"\npadded positions (attnlab skips them): {padding}" if padding else "")
+        + (f"\npadded positions (attnlab skips them, eager): {padding}" if padding else "")
     )
 
 

@@ -28,9 +28,9 @@ from attnlab.training.optimizer import build_optimizer
 class Stepper:
     """Training steps of one model on the context's batches."""
 
-    def __init__(self, ctx: Context, model: nn.Module):
+    def __init__(self, ctx: Context, model: nn.Module, compiled: bool = False):
         self.ctx, self.model = ctx, model.train()
-        self.real_targets_only = model._compiled_call_impl is None  # as TransformerModule
+        self.real_targets_only = not compiled  # as TransformerModule.loss_logits_and_targets
         self.optimizer = build_optimizer(model, to_plain(ctx.cfg.optim))
         for group in self.optimizer.param_groups:
             group["lr"] = 1e-4  # small and constant: the timing does not depend on it
@@ -41,7 +41,7 @@ class Stepper:
         inputs = (batch["src"], batch["tgt_in"]) if ctx.task == "seq2seq" else (batch["tokens"],)
         targets = batch["tgt_out"] if ctx.task == "seq2seq" else batch["targets"]
         with ctx.autocast():
-            if self.real_targets_only:  # TransformerModule.loss_logits_and_targets
+            if self.real_targets_only:
                 real = targets != ctx.special_ids["pad"]
                 logits, targets = self.model(*inputs, logits_at=real), targets[real]
             else:
@@ -76,9 +76,9 @@ def _per_step(ctx: Context) -> tuple[float, float]:
     return tokens, flops
 
 
-def _compare(ctx: Context, models: dict[str, nn.Module]) -> dict:
+def _compare(ctx: Context, models: dict[str, nn.Module], compiled: bool) -> dict:
     """Each contender's timing, tokens/s, TFLOP/s and the peak memory of one step."""
-    steppers = {name: Stepper(ctx, model) for name, model in models.items()}
+    steppers = {name: Stepper(ctx, model, compiled) for name, model in models.items()}
     for stepper in steppers.values():
         stepper.warm_up()
     timing = interleave({n: s.block(ctx.steps) for n, s in steppers.items()}, ctx.repeats)
@@ -116,6 +116,7 @@ def run_vs_torch_nn(ctx: Context, compile_mode: str) -> dict:
         "tokens_per_step": tokens,
         "flops_per_step": flops,
         "padding": ctx.padding_fraction(),  # what attnlab's skipped pads can save
+        "skip_padding": ctx.model_config.skip_padding,
     }
     modes = {"off": ["eager"], "on": ["compiled"], "both": ["eager", "compiled"]}[compile_mode]
     for mode in modes:
@@ -125,7 +126,7 @@ def run_vs_torch_nn(ctx: Context, compile_mode: str) -> dict:
             "torch_nn": wrap(TorchNNTransformer(ctx.model_config).to(ctx.device)),
         }
         try:
-            timing = _compare(ctx, models)
+            timing = _compare(ctx, models, compiled=mode == "compiled")
         except Exception as err:  # torch.compile needs a working compiler toolchain
             if mode != "compiled":
                 raise
