@@ -10,6 +10,7 @@ Where to find each section of the paper:
     3.1   encoder / decoder stacks      stacks.Encoder, stacks.Decoder
     Fig.1 the model                     transformer.Transformer
     incremental decoding state          cache.KVCache (cache.LayerCache, cache.AttentionCache)
+    skipping padding (real tokens only) packing.Packing (Transformer.forward's logits_at)
     beam search (Sec. 6.1)              decoding.beam_search
 The learning-rate schedule (Sec. 5.3) lives with the training code: attnlab.training.schedules.
 
