@@ -21,7 +21,7 @@ from attnlab.bench.memory import peak_bytes
 from attnlab.bench.timing import interleave, ratio, time_block
 from attnlab.bench.torch_nn import TorchNNTransformer, unsupported
 from attnlab.config.plain import to_plain
-from attnlab.training.losses import label_smoothed_nll
+from attnlab.training.losses import label_smoothed_nll, logits_for_loss
 from attnlab.training.optimizer import build_optimizer
 
 
@@ -30,7 +30,7 @@ class Stepper:
 
     def __init__(self, ctx: Context, model: nn.Module, compiled: bool = False):
         self.ctx, self.model = ctx, model.train()
-        self.real_targets_only = not compiled  # as TransformerModule.loss_logits_and_targets
+        self.compiled = compiled  # a compiled model's loss takes every position
         self.optimizer = build_optimizer(model, to_plain(ctx.cfg.optim))
         for group in self.optimizer.param_groups:
             group["lr"] = 1e-4  # small and constant: the timing does not depend on it
@@ -40,13 +40,10 @@ class Stepper:
         self.optimizer.zero_grad(set_to_none=True)
         inputs = (batch["src"], batch["tgt_in"]) if ctx.task == "seq2seq" else (batch["tokens"],)
         targets = batch["tgt_out"] if ctx.task == "seq2seq" else batch["targets"]
-        with ctx.autocast():
-            if self.real_targets_only:
-                real = targets != ctx.special_ids["pad"]
-                logits, targets = self.model(*inputs, logits_at=real), targets[real]
-            else:
-                logits = self.model(*inputs)
-        loss = label_smoothed_nll(logits, targets, 0.1, ctx.special_ids["pad"])[0]
+        pad = ctx.special_ids["pad"]
+        with ctx.autocast():  # as attnlab-train's TransformerModule.loss_logits_and_targets
+            logits, targets = logits_for_loss(self.model, inputs, targets, pad, self.compiled)
+        loss = label_smoothed_nll(logits, targets, 0.1, pad)[0]
         loss.backward()
         self.optimizer.step()
 

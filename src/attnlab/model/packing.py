@@ -35,11 +35,12 @@ class Packing:
     length: int
 
     @classmethod
-    def of(cls, real: Tensor) -> Packing | None:
+    def of(cls, real: Tensor, known_padded: bool = False) -> Packing | None:
         """The packing of real (B, T) bool (True at real tokens), or None when there is nothing
         to skip: no pad, or under torch.compile (the number of real tokens is data-dependent,
-        which would break the graph; compiled models compute every position). One host sync."""
-        if torch.compiler.is_compiling() or bool(real.all()):
+        which would break the graph; compiled models compute every position). A host sync to
+        look for a pad, unless the caller already knows there is one (`known_padded`)."""
+        if torch.compiler.is_compiling() or (not known_padded and bool(real.all())):
             return None
         flat = real.reshape(-1)
         index = flat.nonzero().squeeze(1)

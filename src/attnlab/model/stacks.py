@@ -64,15 +64,20 @@ class _Stack(nn.Module):
         self.skip_padding = cfg.skip_padding
         self.pad_id = cfg.pad_id
 
-    def packing(self, tokens: Tensor, skip: bool | Tensor, pads_hidden: bool) -> Packing | None:
+    def packing(
+        self, tokens: Tensor, skip: bool | Tensor, pads_hidden: bool, known_padded: bool = False
+    ) -> Packing | None:
         """The real positions of tokens (B, T) when the layers may skip the pads: the caller
         asks (`skip`: True, or the (B, T) bool positions whose output it needs, which are kept
         even at a pad), the config's skip_padding is on, and no real position can see a pad
-        (`pads_hidden`); else None."""
+        (`pads_hidden`); else None. `known_padded`: the tokens are known to hold a pad (no
+        host sync to look again)."""
         if skip is False or not (self.skip_padding and pads_hidden):
             return None
         real = tokens.ne(self.pad_id)
-        return Packing.of(real if skip is True else real | skip)
+        if skip is True:
+            return Packing.of(real, known_padded)
+        return Packing.of(real | skip)
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """(B, T) tokens at positions offset .. offset + T - 1 -> (B, T, d_model)."""
@@ -117,7 +122,8 @@ class Encoder(_Stack):
         skip_padding: the caller needs no output at the pads (they are zeros then)."""
         padding_mask = src.eq(self.pad_id)
         key_mask = source_key_mask(padding_mask, self.mask_source_padding)
-        packing = self.packing(src, skip_padding, pads_hidden=key_mask is not None)
+        masked = key_mask is not None  # outside torch.compile: the source has pads, masked
+        packing = self.packing(src, skip_padding, pads_hidden=masked, known_padded=masked)
         x = self.embed(src)
         rope, alibi = self.relative_positions(src.size(1), src.size(1), x)
         if packing is not None:

@@ -65,6 +65,19 @@ def _rows(x: Tensor, y: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     return loss, nll
 
 
+def logits_for_loss(
+    model, inputs: tuple[Tensor, ...], targets: Tensor, pad_id: int, every_position: bool = False
+) -> tuple[Tensor, Tensor]:
+    """model(*inputs)'s logits where the loss needs them: (N, V) at the N non-PAD targets (B, T),
+    with those targets (N,), through the model's `logits_at` (attnlab's Transformer then skips
+    the pads). every_position: (B, T, V) and (B, T) instead, for a compiled model (selecting
+    rows inside the graph would break it on the data-dependent N); the loss ignores the pads."""
+    if every_position:
+        return model(*inputs), targets
+    real = targets != pad_id
+    return model(*inputs, logits_at=real), targets[real]
+
+
 def label_smoothed_nll(
     logits: Tensor, targets: Tensor, label_smoothing: float, pad_id: int
 ) -> tuple[Tensor, Tensor, Tensor]:

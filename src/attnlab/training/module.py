@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.training.losses import label_smoothed_nll
+from attnlab.training.losses import label_smoothed_nll, logits_for_loss
 from attnlab.training.metrics import exact_match, token_accuracy
 from attnlab.training.optimizer import build_optimizer
 from attnlab.training.options import LOSS_NORMALIZATIONS
@@ -111,14 +111,9 @@ class TransformerModule(L.LightningModule):
 
     def loss_logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
         """What the loss and token accuracy need: the logits (N, V) at the N non-PAD targets
-        and those targets (N,); the output layer skips the pads (Transformer's logits_at).
-        A compiled model computes every position, (B, T, V) and (B, T), as the loss allows:
-        selecting rows inside the graph would break it on the data-dependent N."""
+        and those targets (N,), or, compiled, every position (losses.logits_for_loss)."""
         inputs, targets = self.inputs_and_targets(batch)
-        if self.hparams.compile:
-            return self.model(*inputs), targets
-        real = targets != self.pad_id
-        return self.model(*inputs, logits_at=real), targets[real]
+        return logits_for_loss(self.model, inputs, targets, self.pad_id, self.hparams.compile)
 
     def predict_sequences(self, batch: dict) -> tuple[Tensor, Tensor] | None:
         """Greedy predictions (B, L) and references (B, T), both ending in EOS; None if the
