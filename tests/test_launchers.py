@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -34,6 +35,18 @@ def test_a_diverged_job_makes_the_multirun_fail_on_every_launcher(tmp_path, laun
     assert "attnlab-train: multirun: 2 jobs: 1 completed, 1 diverged" in proc.stdout
     (job_line,) = [ln for ln in proc.stdout.splitlines() if "  job " in ln]
     assert "job 1 diverged: " in job_line and "optim.lr=1000" in job_line
+
+
+@pytest.mark.parametrize("digits", ["123456789012", "1234e5678901", "0123456789ab"])
+def test_the_multirun_id_reaches_the_jobs_as_the_same_string(monkeypatch, digits):
+    """Hydra parses override values: a hex id of digits (or digits around one e) would become
+    an int (or inf), and no job's status would be found (a CI flake before the fix)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    monkeypatch.setattr(multirun.uuid, "uuid4", lambda: SimpleNamespace(hex=digits + "ffff"))
+    override = multirun.new_id_override()
+    sent = override.rpartition("=")[2]  # what attnlab-train hands to collect()
+    assert OverridesParser.create().parse_override(override).value() == sent
 
 
 def test_a_job_that_never_reported_counts_as_failed(tmp_path, monkeypatch):

@@ -25,8 +25,11 @@ _sweep_dir: list[Path] = []  # set in the launching process by on_multirun_start
 
 
 def new_id_override() -> str:
-    """The override that gives this multirun's jobs their id."""
-    return f"+hydra.job.env_set.{ID_KEY}={uuid.uuid4().hex[:12]}"
+    """The override that gives this multirun's jobs their id. The id starts with a letter:
+    Hydra parses an override's value, so a bare hex id such as 123456789012 would reach the jobs
+    as an int and 1234e5678901 as inf (about 1 multirun in 140), and their statuses would be
+    written where the launching process does not look."""
+    return f"+hydra.job.env_set.{ID_KEY}=m{uuid.uuid4().hex[:12]}"
 
 
 def _status_dir(sweep_dir: Path | str, multirun_id: str) -> Path:
