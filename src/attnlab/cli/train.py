@@ -54,7 +54,15 @@ def _task(cfg) -> dict:
 
 
 def main() -> None:
-    """Console entry point: preflight the overrides (one-line errors, exit 2), then Hydra."""
+    """Console entry point: preflight the overrides (one-line errors, exit 2), then Hydra. A
+    single run starts with Python's cyclic garbage collector paused (attnlab.runs.startup)."""
+    from attnlab.runs.startup import collector_paused
+
+    with collector_paused(not _is_multirun(sys.argv[1:])):
+        _main()
+
+
+def _main() -> None:
     import hydra
 
     from attnlab.config.location import conf_dir

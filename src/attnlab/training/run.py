@@ -34,6 +34,7 @@ from attnlab.runs.guard import RunState, run_guard
 from attnlab.runs.identity import RunConfigChanged, config_drift
 from attnlab.runs.loggers import build_loggers
 from attnlab.runs.record import RunRecord, ablation_config, run_name
+from attnlab.runs.startup import resume_collector
 from attnlab.runs.wandb import finish_wandb, wandb_id
 from attnlab.training.callbacks import Preemption, RNGState, periodic_checkpoints
 from attnlab.training.environment import cluster_plugins, warn_if_bf16_is_emulated
@@ -84,6 +85,7 @@ def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool =
         built = _build(cfg, run_dir, run_name_of(cfg, overrides))
         state.loggers, state.trainer = built.loggers, built.trainer
         _log_config(cfg, built, state)
+        resume_collector()  # if attnlab-train paused it: the start-up's objects frozen first
         built.trainer.fit(
             built.module,
             datamodule=built.datamodule,
