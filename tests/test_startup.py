@@ -147,3 +147,29 @@ def test_a_multirun_does_not_pause_the_collector(tmp_path):
     rows = _probe(tmp_path, "seed=1,2", f"paths.multirun_root={tmp_path / 'multi'}", flags=("-m",))
     assert len(rows) == 2
     assert all(on and frozen == 0 for on, frozen, _ in rows), rows
+
+
+def test_the_collector_comes_back_on_whether_or_not_the_run_trained():
+    """A command that ends before training (--help, a config error, a completed run) turns the
+    collector on again without freezing anything; one that trains freezes, then turns it on."""
+    import gc
+
+    from attnlab.runs.startup import collector_paused, resume_collector
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    with collector_paused(pause=False):
+        resume_collector()  # nothing was paused: nothing is frozen
+        assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+    try:
+        with collector_paused():
+            resume_collector()
+            assert gc.isenabled() and gc.get_freeze_count() > frozen
+            resume_collector()  # a second run in the same process: the default collector
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
