@@ -14,13 +14,14 @@ def _dm(**kwargs) -> SyntheticDataModule:
 
 
 def _rows(batch):
-    """(x, y) lists per example of a seq2seq batch, y without EOS."""
+    """(x, y) lists per example of a seq2seq batch, both without their EOS."""
     for src, tgt_in, tgt_out in zip(batch["src"], batch["tgt_in"], batch["tgt_out"], strict=True):
         x = src[src != PAD_ID].tolist()
         y = tgt_out[tgt_out != PAD_ID].tolist()
+        assert x[-1] == EOS_ID and EOS_ID not in x[:-1]  # src = x + [EOS], as the text data's
         assert y[-1] == EOS_ID and tgt_in[0] == BOS_ID
         assert tgt_in[1 : len(y)].tolist() == y[:-1]  # tgt_in = [BOS] + y
-        yield x, y[:-1]
+        yield x[:-1], y[:-1]
 
 
 @pytest.mark.parametrize(
@@ -48,7 +49,8 @@ def test_train_val_and_test_lengths_follow_their_ranges():
     dm = _dm(train_len=[2, 4], eval_len=[9, 11], eval_lengths=[40], batch_size=64)
 
     def lengths(split):
-        return (dm.datasets[split][0]["src"] != PAD_ID).sum(1)
+        src = dm.datasets[split][0]["src"]
+        return ((src != PAD_ID) & (src != EOS_ID)).sum(1)
 
     assert lengths("train").min() >= 2 and lengths("train").max() <= 4
     assert lengths("val").min() >= 2 and lengths("val").max() <= 4  # val_len: train_len
@@ -166,3 +168,49 @@ def test_tokenizer_decodes_symbols():
 def test_bad_arguments_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         SyntheticDataModule(**kwargs)
+
+
+def _memory_of_source_and_reverse(pos_encoding: str):
+    """The encoder's memory (B, S, d_model) for a copy batch's sources x + [EOS] and for
+    reverse(x) + [EOS] (both built by the data code), and the sources' lengths with EOS."""
+    from attnlab.data.synthetic import make_pairs, seq2seq_batch
+    from attnlab.model import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    x, _, lengths = make_pairs("copy", 8, (5, 9), 16, torch.Generator().manual_seed(3))
+    idx = (lengths[:, None] - 1 - torch.arange(x.size(1))[None, :]).clamp(min=0)
+    reversed_x = x.gather(1, idx).masked_fill(x == PAD_ID, PAD_ID)
+    cfg = TransformerConfig(
+        vocab_size=NUM_SPECIAL + 16, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
+        n_decoder_layers=1, pos_encoding=pos_encoding, dropout=0.0,
+    )  # fmt: skip
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        a = model.encode(seq2seq_batch(x, x, lengths)["src"])[0]
+        b = model.encode(seq2seq_batch(reversed_x, reversed_x, lengths)["src"])[0]
+    return a, b, lengths + 1
+
+
+def _same_set_of_vectors(a, b, n) -> bool:
+    """Whether rows a[:n] and b[:n] are the same multiset of vectors (what cross-attention,
+    which carries no positions, reads of the memory)."""
+    dist = torch.cdist(a[:n], b[:n])
+    return bool(dist.min(dim=1).values.max() < 1e-4 and dist.min(dim=0).values.max() < 1e-4)
+
+
+def test_alibi_encoder_tells_a_source_from_its_reverse():
+    """ALiBi's encoder bias -m|i-j| is symmetric: without an end marker, the memory of reverse(x)
+    is the memory of x reversed, the same set of vectors for cross-attention, so copy could not
+    be learned. The source's EOS breaks the symmetry (this failed before sources carried it)."""
+    a, b, lengths = _memory_of_source_and_reverse("alibi")
+    for i, n in enumerate(lengths.tolist()):
+        assert not _same_set_of_vectors(a[i], b[i], n), f"row {i}: x and reverse(x) look alike"
+
+
+def test_without_positions_the_encoder_cannot_tell_a_source_from_its_reverse():
+    """The limit no end marker lifts: an encoder without positional encoding is permutation-
+    equivariant, so x + [EOS] and reverse(x) + [EOS] give the same set of memory vectors and an
+    encoder-decoder without positions cannot learn copy (docs/REPRODUCTION.md, section 1)."""
+    a, b, lengths = _memory_of_source_and_reverse("none")
+    for i, n in enumerate(lengths.tolist()):
+        assert _same_set_of_vectors(a[i], b[i], n)

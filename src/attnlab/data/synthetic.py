@@ -15,7 +15,10 @@ of batch_size); the last validation / test batch may be smaller and is split as 
 goes, so a rank may get one batch fewer there.
 
 Batches follow docs/architecture.md. For an encoder-decoder (task "seq2seq"):
-    src = x, tgt_in = [BOS] + y, tgt_out = y + [EOS]
+    src = x + [EOS], tgt_in = [BOS] + y, tgt_out = y + [EOS]
+The source ends in EOS as the text data's sources do: without an end marker an encoder whose only
+position signal is symmetric (ALiBi's -m|i-j|) or absent cannot tell x from reverse(x), and copy
+would be capped near chance whatever the encoding could do.
 For a decoder-only model (task "lm") the pair becomes one sequence [BOS] x [SEP] y [EOS]; the
 loss is only on y + [EOS] (targets elsewhere are PAD) and `prompt_len` = |x| + 2 marks where
 generation starts.
@@ -120,13 +123,16 @@ def make_pairs(
 
 
 def seq2seq_batch(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor) -> dict:
-    """src = x, tgt_in = [BOS] + y, tgt_out = y + [EOS] (all (B, L) or (B, L + 1), PAD-padded)."""
+    """src = x + [EOS], tgt_in = [BOS] + y, tgt_out = y + [EOS] (all (B, L + 1), PAD-padded)."""
     n = x.size(0)
     bos = torch.full((n, 1), BOS_ID, dtype=torch.long)
     pad = torch.full((n, 1), PAD_ID, dtype=torch.long)
+    rows = torch.arange(n)
+    src = torch.cat([x, pad], dim=1)
+    src[rows, lengths] = EOS_ID
     tgt_out = torch.cat([y, pad], dim=1)
-    tgt_out[torch.arange(n), lengths] = EOS_ID
-    return {"src": x, "tgt_in": torch.cat([bos, y], dim=1), "tgt_out": tgt_out}
+    tgt_out[rows, lengths] = EOS_ID
+    return {"src": src, "tgt_in": torch.cat([bos, y], dim=1), "tgt_out": tgt_out}
 
 
 def lm_batch(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor, sep_id: int) -> dict:
@@ -291,7 +297,8 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def positions_needed(self, length: int) -> int:
         """Positions a model reads for inputs of `length` symbols, greedy decoding included:
-        seq2seq: tgt_in [BOS] y (length + 1), one more step to emit EOS; lm: [BOS] x [SEP] y
+        seq2seq: src x [EOS] (length + 1), tgt_in [BOS] y (length + 1), one more step to emit
+        EOS; lm: [BOS] x [SEP] y
         (2 * length + 2)."""
         return 2 * length + 2 if self.task == "lm" else length + 2
 
