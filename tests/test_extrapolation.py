@@ -34,7 +34,7 @@ def test_length_extrapolation_selects_in_distribution_and_scores_each_length(com
     assert max(data.eval_lengths) >= 4 * data.train_len[1]
     dm = _datamodule(cfg)
     dm.setup()
-    val_lengths = {int(n) for b in dm.val_dataloader() for n in b["src"].ne(PAD_ID).sum(1)}
+    val_lengths = {int(n) - 1 for b in dm.val_dataloader() for n in b["src"].ne(PAD_ID).sum(1)}
     assert max(val_lengths) <= 12 and len(val_lengths) > 6  # the training range, spread over it
     assert cfg.callbacks.length_extrapolation._target_.endswith("LengthExtrapolation")
 
@@ -45,7 +45,7 @@ def test_length_batches_are_exactly_that_long(compose, model):
     for length in (3, 20):
         (batch,) = dm.length_batches(length, n_examples=16)
         if model == "small":
-            assert batch["src"].ne(PAD_ID).sum(1).tolist() == [length] * 16
+            assert batch["src"].ne(PAD_ID).sum(1).tolist() == [length + 1] * 16  # x [EOS]
         else:
             assert batch["prompt_len"].tolist() == [length + 2] * 16  # [BOS] x [SEP]
         again = dm.length_batches(length, n_examples=16)[0]
@@ -69,18 +69,28 @@ def test_results_json_carries_the_curve_and_attnlab_eval_agrees(
     curve = results["extrapolation"]
     assert set(curve) == {"3", "6"}
     for entry in curve.values():
-        assert set(entry) == {"exact_match", "token_acc", "nll"}
-        assert 0 <= entry["exact_match"] <= 1 and 0 <= entry["token_acc"] <= 1
+        assert set(entry) == {
+            "greedy_exact_match", "greedy_token_acc", "teacher_forced_token_acc", "nll"
+        }  # fmt: skip
+        for name in ("greedy_exact_match", "greedy_token_acc", "teacher_forced_token_acc"):
+            assert 0 <= entry[name] <= 1
+        assert entry["greedy_exact_match"] <= entry["greedy_token_acc"] or entry[
+            "greedy_token_acc"
+        ] == pytest.approx(1.0)  # a whole answer right has every token right
         assert 0 < entry["nll"] < math.inf
     assert json.loads((run_dir / "results.json").read_text())["extrapolation"] == curve
-    logged = wandb_offline_bytes(run_dir, b"extrapolation/exact_match_vs_length")
-    assert b"extrapolation/table" in logged and b"extrapolation/exact_match_vs_length" in logged
+    logged = wandb_offline_bytes(run_dir, b"extrapolation/greedy_exact_match_vs_length")
+    assert b"extrapolation/table" in logged
+    assert b"extrapolation/teacher_forced_token_acc_vs_length" in logged
 
     best = next((run_dir / "checkpoints").glob("best-step=*.ckpt"))  # the weights tested
     capsys.readouterr()
     eval_main([f"ckpt={best}", "eval.lengths=[6,3]", "eval.n_examples=32"])
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["length", "exact_match", "token_acc", "nll", "note"]
+    assert out[1].split() == [
+        "length", "greedy_exact_match", "greedy_token_acc", "teacher_forced_token_acc", "nll",
+        "note",
+    ]  # fmt: skip
     record = json.loads((run_dir / "eval" / "lengths.json").read_text())
     for length in ("3", "6"):
         for metric, value in curve[length].items():
@@ -94,9 +104,9 @@ def test_a_length_learned_positions_cannot_represent_is_null_with_the_reason(
         compose, tiny_run, tmp_path, "logger=none", "model.pos_encoding=learned", "model.max_len=7"
     )  # length 5 needs 7 positions (tgt_in [BOS] y and one decoding step past it), 6 needs 8
     assert results["status"] == "completed"
-    assert results["extrapolation"]["3"]["exact_match"] is not None
+    assert results["extrapolation"]["3"]["greedy_exact_match"] is not None
     six = results["extrapolation"]["6"]
-    assert six["exact_match"] is None and six["nll"] is None
+    assert six["greedy_exact_match"] is None and six["nll"] is None
     assert "learned positions: length 6 needs 8 positions, model.max_len=7" == six["reason"]
 
 
@@ -128,7 +138,7 @@ def test_language_model_perplexity_per_context_length(compose, tmp_path, pos_enc
     ]
     curve = train(compose(ovs), ovs)["extrapolation"]
     for length in ("16", "32"):
-        assert set(curve[length]) == {"perplexity", "nll", "token_acc"}
+        assert set(curve[length]) == {"perplexity", "nll", "teacher_forced_token_acc"}
         assert curve[length]["perplexity"] == pytest.approx(math.exp(curve[length]["nll"]))
         assert 1 < curve[length]["perplexity"] < 200
     if pos_encoding == "learned":

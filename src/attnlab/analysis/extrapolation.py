@@ -13,8 +13,18 @@ from attnlab.analysis.groups import aggregate, group_label
 from attnlab.analysis.runs import Group, Run
 from attnlab.analysis.tables import fmt_mean_std
 
-# In the order they are reported; the first present is the table's.
-LENGTH_METRICS = ("exact_match", "perplexity", "token_acc", "nll")
+# In the order they are reported; the first present is the table's. Free-running (greedy) and
+# teacher-forced metrics carry their own names; "exact_match" and "token_acc" are the names runs
+# written before that distinction used (greedy and teacher-forced respectively).
+LENGTH_METRICS = (
+    "greedy_exact_match",
+    "exact_match",
+    "perplexity",
+    "greedy_token_acc",
+    "teacher_forced_token_acc",
+    "token_acc",
+    "nll",
+)
 
 
 def length_metrics(runs: Sequence[Run]) -> list[str]:

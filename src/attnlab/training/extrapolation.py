@@ -2,10 +2,15 @@
 
 Synthetic tasks (copy, reverse, sort): for each length L of `data.eval_lengths`, fixed examples
 whose inputs are all exactly L symbols long (`SyntheticDataModule.length_batches`) give
-exact_match (greedy decoding, up to and including EOS), token_acc and nll (teacher forced,
-unsmoothed). Language models: for each context length L, the test text in non-overlapping blocks
-of L tokens (`LMTextDataModule.context_batches`) gives nll, perplexity and token_acc, every token
-predicted once (Press et al., 2022, "nonoverlapping" evaluation).
+- free-running (greedy decoding: the model reads its own outputs) `greedy_exact_match`, the whole
+  answer up to and including EOS, and `greedy_token_acc`, the answer's tokens right at their
+  position;
+- teacher-forced (the model reads the reference prefix) `teacher_forced_token_acc` and `nll`,
+  unsmoothed. A teacher-forced accuracy can be high where the free-running one is near 0: one
+  wrong token derails everything generated after it, but never the next teacher-forced guess.
+Language models: for each context length L, the test text in non-overlapping blocks of L tokens
+(`LMTextDataModule.context_batches`) gives nll, perplexity and teacher_forced_token_acc (next
+token), every token predicted once (Press et al., 2022, "nonoverlapping" evaluation).
 
 A length the model cannot represent (learned positions: more positions than model.max_len) has
 null metrics and a `reason`, not a crash. `LengthExtrapolation` runs this at the end of training
@@ -21,10 +26,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from attnlab.training.metrics import exact_match, token_accuracy
+from attnlab.training.metrics import exact_match, greedy_token_accuracy, token_accuracy
 
-SEQ_METRICS = ("exact_match", "token_acc", "nll")
-LM_METRICS = ("perplexity", "nll", "token_acc")
+SEQ_METRICS = ("greedy_exact_match", "greedy_token_acc", "teacher_forced_token_acc", "nll")
+LM_METRICS = ("perplexity", "nll", "teacher_forced_token_acc")
 
 
 def metric_names(datamodule) -> tuple[str, ...]:
@@ -69,8 +74,8 @@ def evaluate_lengths(module, datamodule, lengths, n_examples: int) -> dict[str, 
 
 
 def _score(module, batches, names) -> dict[str, float | None]:
-    """Token-weighted nll and token_acc, sequence-averaged exact_match, over the batches."""
-    nll_sum = correct = tokens = matches = sequences = 0.0
+    """Token-weighted nll and token accuracies, sequence-averaged exact match, over the batches."""
+    nll_sum = correct = tokens = matches = sequences = greedy_correct = greedy_tokens = 0.0
     for batch in batches:
         batch = {k: v.to(module.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         logits, targets = module.logits_and_targets(batch)
@@ -80,14 +85,17 @@ def _score(module, batches, names) -> dict[str, float | None]:
         ).item()  # fmt: skip
         c, n = token_accuracy(logits, targets, module.pad_id)
         correct, tokens = correct + c.item(), tokens + n.item()
-        if "exact_match" in names:
+        if "greedy_exact_match" in names:
             pred, ref = module.predict_sequences(batch)
             matches += exact_match(pred, ref, module.eos_id, module.pad_id).sum().item()
             sequences += targets.size(0)
+            c, n = greedy_token_accuracy(pred, ref, module.eos_id, module.pad_id)
+            greedy_correct, greedy_tokens = greedy_correct + c.item(), greedy_tokens + n.item()
     nll = nll_sum / max(tokens, 1)
-    values = {"nll": nll, "token_acc": correct / max(tokens, 1)}
+    values = {"nll": nll, "teacher_forced_token_acc": correct / max(tokens, 1)}
     values["perplexity"] = math.exp(min(nll, 50.0))
-    values["exact_match"] = matches / max(sequences, 1)
+    values["greedy_exact_match"] = matches / max(sequences, 1)
+    values["greedy_token_acc"] = greedy_correct / max(greedy_tokens, 1)
     return {name: values[name] for name in names}
 
 

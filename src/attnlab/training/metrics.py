@@ -33,3 +33,17 @@ def exact_match(pred: Tensor, target: Tensor, eos_id: int, pad_id: int) -> Tenso
     pred = torch.nn.functional.pad(pred, (0, width - pred.size(1)), value=pad_id)
     target = torch.nn.functional.pad(target, (0, width - target.size(1)), value=pad_id)
     return (pred == target).all(dim=1)
+
+
+def greedy_token_accuracy(pred: Tensor, target: Tensor, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:
+    """(correct, total) over the target's tokens (B, T) up to and including EOS: the free-running
+    prediction (B, L) has the same token at the same position. Unlike token_accuracy, every
+    position is conditioned on the model's own earlier outputs, not on the reference's, so one
+    early mistake (a dropped symbol) costs every later position."""
+    pred = truncate_after_eos(pred, eos_id, pad_id)
+    target = truncate_after_eos(target, eos_id, pad_id)
+    width = max(pred.size(1), target.size(1))
+    pred = torch.nn.functional.pad(pred, (0, width - pred.size(1)), value=pad_id)
+    target = torch.nn.functional.pad(target, (0, width - target.size(1)), value=pad_id)
+    real = target != pad_id
+    return ((pred == target) & real).sum(), real.sum()
