@@ -31,22 +31,44 @@ def comparison_table(
     return rows
 
 
-def write_csv(path: Path, groups, keys, headline, tests) -> None:
-    """One row per group: key values, label, status, and mean/std/n of every metric."""
+STAT_COLUMNS = ("mean", "std", "n", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high")
+STAT_COLUMNS += ("p", "p_holm", "mdd", "verdict")
+
+
+def write_csv(path: Path, groups, keys, headline, tests, baseline=None, paired=False) -> None:
+    """One row per group: key values, label, status, and per metric mean/std/n, the 95% CI, and
+    against the baseline (default the first group) the difference, its CI, p, Holm's p, the
+    minimum detectable difference and the verdict (empty for the baseline itself)."""
+    from attnlab.analysis import stats
+
     metrics = [m for m in [headline, *tests] if m]
     header = [*keys, "label", "status", "n_runs"]
-    header += [f"{m}_{stat}" for m in metrics for stat in ("mean", "std", "n")]
+    header += [f"{m}_{stat}" for m in metrics for stat in STAT_COLUMNS]
     names = short_names(keys)
+    baseline = baseline if baseline is not None else (groups[0] if groups else None)
+    cells = {}
+    for m in metrics:
+        diffs = stats.with_holm([_difference(g, baseline, m, paired) for g in groups])
+        cells[m] = [(stats.summarize(_values(g, m)), d) for g, d in zip(groups, diffs, strict=True)]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(header)
-        for g in groups:
+        for i, g in enumerate(groups):
             row = [fmt_value(g.values[k]) for k in keys]
             row += [group_label(g, names), g.status(), len(g.runs)]
             for m in metrics:
-                mean, std, n = group_metric(g, m)
-                row += ["" if mean is None else mean, "" if std is None else std, n]
+                s, d = cells[m][i]
+                ci = s.ci or ("", "")
+                row += [_cell(s.mean), _cell(s.std), s.n, *ci]
+                if d is None:
+                    row += [""] * 7
+                else:
+                    row += [d.diff, *d.ci, d.p, d.p_holm, _cell(d.mdd), d.verdict()]
             writer.writerow(row)
+
+
+def _cell(value):
+    return "" if value is None else value
 
 
 def run_rows(groups: Sequence[Group], names: dict, headline: str | None, out: Path):
@@ -76,10 +98,15 @@ def write_markdown(
     unreadable: Sequence[tuple[Path, str]],
     images: Sequence[Path],
     extra_tables: Sequence[list[list[str]]] = (),
+    statistics: Sequence[tuple[str, list[list[str]]]] = (),
 ) -> None:
-    """comparison.md: the group table (and any extra tables, e.g. per length), the runs,
-    unreadable files and the plots."""
+    """comparison.md: the group table, the statistics per metric (title, table), any extra
+    tables (e.g. per length), the runs, unreadable files and the plots."""
     md = [f"# Comparison: {title}", "", markdown_table(table), ""]
+    if statistics:
+        md += ["## Statistics", ""]
+    for heading, rows in statistics:
+        md += [f"{heading}:", "", markdown_table(rows), ""]
     for extra in extra_tables:
         md += [markdown_table(extra), ""]
     md += ["## Runs", ""]
@@ -92,3 +119,93 @@ def write_markdown(
 
 
 __all__ = ["Run", "comparison_table", "run_rows", "write_csv", "write_markdown"]
+
+
+def find_baseline(groups: Sequence[Group], keys: Sequence[str], wanted: Sequence[str]) -> Group:
+    """The group matching every KEY=VALUE of `wanted` (KEY a grouping key or its short name);
+    with none given, the first group. ValueError naming the choices when none matches."""
+    if not wanted:
+        return groups[0]
+    names = short_names(keys)
+    conditions = []
+    for item in wanted:
+        key, sep, value = item.partition("=")
+        full = next((k for k in keys if key in (k, names[k])), None)
+        if not sep or full is None:
+            raise ValueError(
+                f"--baseline {item!r} is not valid; expected KEY=VALUE with KEY one of: "
+                + (", ".join(keys) or "none (the runs differ in no key)")
+            )
+        conditions.append((full, value))
+    for g in groups:
+        if all(fmt_value(g.values[k]) == v or g.values[k] == _as_value(v) for k, v in conditions):
+            return g
+    labels = "; ".join(group_label(g, names) for g in groups)
+    raise ValueError(f"--baseline {' '.join(wanted)} matches no group; the groups: {labels}")
+
+
+def _as_value(text: str):
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def statistics_table(
+    groups: Sequence[Group],
+    keys: Sequence[str],
+    metric: str,
+    baseline: Group,
+    paired: bool = False,
+) -> list[list[str]]:
+    """Header + one row per group: n, mean, std, 95% CI, and against the baseline the difference
+    with its 95% CI, the test's p, Holm's p across the arms of this table, the minimum detectable
+    difference at 80% power and the verdict (attnlab.analysis.stats). ValueError when a paired
+    test meets groups of different seeds."""
+    from attnlab.analysis import stats
+
+    test = "paired t" if paired else "Welch"
+    names = short_names(keys)
+    header = [*keys, "n", "mean", "std", "95% CI", f"diff vs {group_label(baseline, names)}"]
+    header += ["95% CI of diff", f"p ({test})", "p (Holm)", "MDD (80% power)", "verdict"]
+    summaries = [stats.summarize(_values(g, metric)) for g in groups]
+    diffs = stats.with_holm([_difference(g, baseline, metric, paired) for g in groups])
+    rows = [header if keys else ["group", *header]]
+    for g, s, d in zip(groups, summaries, diffs, strict=True):
+        row = [fmt_value(g.values[k]) for k in keys] or ["all runs"]
+        row += [str(s.n), fmt_number(s.mean), fmt_number(s.std), _interval(s.ci)]
+        if g is baseline:
+            row += ["baseline", "", "", "", "", ""]
+        elif d is None:
+            row += ["", "", "", "", "", "too few runs to test (n < 2)"]
+        else:
+            row += [fmt_number(d.diff), _interval(d.ci), stats.fmt_p(d.p), stats.fmt_p(d.p_holm)]
+            row += [fmt_number(d.mdd), d.verdict()]
+        rows.append(row)
+    return rows
+
+
+def _values(group: Group, metric: str) -> list[float]:
+    return [r.metrics[metric] for r in group.completed() if metric in r.metrics]
+
+
+def _by_seed(group: Group, metric: str) -> dict:
+    return {r.seed: r.metrics[metric] for r in group.completed() if metric in r.metrics}
+
+
+def _difference(group: Group, baseline: Group, metric: str, paired: bool):
+    from attnlab.analysis import stats
+
+    if group is baseline:
+        return None
+    if paired:
+        arm, base = _by_seed(group, metric), _by_seed(baseline, metric)
+        return stats.paired(arm, base) if len(arm) >= 2 and len(base) >= 2 else None
+    arm, base = _values(group, metric), _values(baseline, metric)
+    return stats.welch(arm, base) if len(arm) >= 2 and len(base) >= 2 else None
+
+
+def _interval(ci: tuple[float, float] | None) -> str:
+    return "" if ci is None else f"[{fmt_number(ci[0])}, {fmt_number(ci[1])}]"

@@ -25,6 +25,7 @@ class Run:
     partial: bool = False  # config holds only the sweep parameters (a trial without results.json)
     # results.json's "extrapolation": {"<length>": {metric: value or None, ...}}
     extrapolation: dict[str, dict] = field(default_factory=dict)
+    wall_time_s: float | None = None  # launch to end, all attempts (the planner's compute)
 
     @property
     def run_dir(self) -> Path:
@@ -76,15 +77,29 @@ def load_run(path: Path) -> Run:
         except (TypeError, ValueError):
             continue
     config = flatten(config)
+    extrapolation = _extrapolation(data.get("extrapolation"))
+    wall = data.get("wall_time_s")
     return Run(
         path=path,
         status=str(data.get("status") or "unknown"),
-        metrics={**numbers, **eval_metrics(path.parent)},
+        metrics={**numbers, **eval_metrics(path.parent), **length_metrics(extrapolation)},
         config=config,
         seed=data.get("seed", config.get("seed")),
         error=data.get("error"),
-        extrapolation=_extrapolation(data.get("extrapolation")),
+        extrapolation=extrapolation,
+        wall_time_s=float(wall) if isinstance(wall, int | float) else None,
     )
+
+
+def length_metrics(extrapolation: dict[str, dict]) -> dict[str, float]:
+    """Per-length values as metrics named length/<L>/<metric>, e.g. length/16/greedy_exact_match,
+    so that --metric and --columns can test them like any other (nulls are left out)."""
+    return {
+        f"length/{length}/{name}": float(value)
+        for length, entry in extrapolation.items()
+        for name, value in entry.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
 
 
 EVAL_SCORES = ("bleu", "chrf", "chrf++", "nll", "perplexity")

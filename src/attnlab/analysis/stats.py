@@ -1,0 +1,215 @@
+"""Statistics a reviewer asks of an ablation table: intervals, tests, power, and the wording.
+
+Per group: mean, sample std, n and the 95% confidence interval of the mean (Student's t).
+Against a baseline group: the difference of means with its 95% interval and the p value of
+Welch's t-test (unequal variances; or the paired t-test on per-seed differences when the arms
+share seeds and data order and the user asks for it), Holm's step-down correction across the
+arms of one table, and the minimum detectable difference: the smallest true difference that
+this n and this spread would find with 80% power at two-sided alpha 0.05 (noncentral t). The
+verdict's wording is decided here, never by the writer of a report: "higher (p=0.01)",
+"lower (p=0.03)", or "no difference detected; this n would miss differences under 1.9".
+
+The sweep planner inverts the power calculation: the seeds per arm needed to detect a
+difference `delta` with 80% power, from a pilot's spread. Distributions come from scipy.stats;
+only Holm's ordering of p values is written here.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ALPHA = 0.05
+POWER = 0.8
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One group's metric: mean, sample std (None when n < 2), n and the 95% interval of the
+    mean (None when n < 2)."""
+
+    mean: float | None
+    std: float | None
+    n: int
+    ci: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class Difference:
+    """An arm against the baseline: diff = mean(arm) - mean(baseline), its 95% interval, the
+    test's p, Holm's adjusted p (filled in across a table), the minimum detectable difference
+    at 80% power, and the test used ("welch" or "paired")."""
+
+    diff: float
+    ci: tuple[float, float]
+    p: float
+    mdd: float | None
+    test: str
+    p_holm: float | None = None
+
+    def verdict(self, higher_is_better: bool | None = None) -> str:
+        """'higher (p=0.01)', 'lower (p=0.03)' on Holm's p when given, else the raw p; or 'no
+        difference detected; this n would miss differences under X'."""
+        p = self.p if self.p_holm is None else self.p_holm
+        if p < ALPHA:
+            return f"{'higher' if self.diff > 0 else 'lower'} (p={fmt_p(p)})"
+        miss = "?" if self.mdd is None else f"{self.mdd:.3g}"
+        return f"no difference detected; this n would miss differences under {miss}"
+
+
+def fmt_p(p: float) -> str:
+    """p with two significant digits, '<0.001' below that."""
+    return "<0.001" if p < 0.001 else f"{p:.2g}"
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
+    """Mean, sample std, n and the t interval of the mean over the finite values."""
+    from scipy import stats
+
+    x = _finite(values)
+    n = len(x)
+    if n == 0:
+        return Summary(None, None, 0, None)
+    mean = math.fsum(x) / n
+    if n < 2:
+        return Summary(mean, None, 1, None)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in x) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n))
+    return Summary(mean, std, n, (mean - half, mean + half))
+
+
+def _power(delta: float, se: float, df: float, alpha: float = ALPHA) -> float:
+    """Two-sided power of a t-test with standard error `se` and `df` degrees of freedom
+    against a true difference `delta` (noncentral t with noncentrality delta / se)."""
+    from scipy import stats
+
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    nc = abs(delta) / se
+    upper = stats.nct.sf(crit, df, nc)
+    lower = stats.nct.cdf(-crit, df, nc)  # the wrong-sign tail: NaN where it underflows
+    return float(upper + (0.0 if math.isnan(lower) else lower))
+
+
+def detectable_difference(se: float, df: float, power: float = POWER) -> float | None:
+    """The smallest difference a two-sided t-test with this standard error and df detects with
+    `power` (None where it is undefined: no spread or no degrees of freedom)."""
+    from scipy import optimize
+
+    if not (se > 0 and df > 0 and math.isfinite(se)):
+        return None
+    hi = se
+    while _power(hi, se, df) < power:
+        hi *= 2
+    return float(optimize.brentq(lambda d: _power(d, se, df) - power, 0.0, hi, xtol=se * 1e-6))
+
+
+def welch(arm: Sequence[float], base: Sequence[float], confidence: float = 0.95) -> Difference:
+    """Welch's t-test of arm against base; the interval uses Welch-Satterthwaite's df."""
+    from scipy import stats
+
+    a, b = _finite(arm), _finite(base)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("Welch's t-test needs at least 2 values per group")
+    va, vb = statistics.variance(a), statistics.variance(b)
+    se2 = va / len(a) + vb / len(b)
+    diff = math.fsum(a) / len(a) - math.fsum(b) / len(b)
+    if se2 == 0:  # two constant groups: no spread to test against
+        p = 1.0 if diff == 0 else 0.0
+        return Difference(diff, (diff, diff), p, None, "welch")
+    se = math.sqrt(se2)
+    df = se2**2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
+    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    return Difference(diff, (diff - half, diff + half), p, detectable_difference(se, df), "welch")
+
+
+def paired(arm: dict, base: dict, confidence: float = 0.95) -> Difference:
+    """Paired t-test on the per-seed differences arm[seed] - base[seed] (seed -> value); the
+    seeds of the two must be the same."""
+    from scipy import stats
+
+    if set(arm) != set(base):
+        raise ValueError(
+            f"a paired test needs the same seeds in both groups: {sorted(arm, key=str)} "
+            f"against {sorted(base, key=str)}"
+        )
+    d = _finite([arm[s] - base[s] for s in sorted(arm, key=str)])
+    if len(d) < 2:
+        raise ValueError("a paired test needs at least 2 seeds")
+    diff = math.fsum(d) / len(d)
+    sd = math.sqrt(statistics.variance(d))
+    if sd == 0:
+        p = 1.0 if diff == 0 else 0.0
+        return Difference(diff, (diff, diff), p, None, "paired")
+    se, df = sd / math.sqrt(len(d)), len(d) - 1
+    p = float(stats.ttest_rel([arm[s] for s in sorted(arm, key=str)],
+                              [base[s] for s in sorted(arm, key=str)]).pvalue)  # fmt: skip
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    return Difference(diff, (diff - half, diff + half), p, detectable_difference(se, df), "paired")
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p values (same order as given): the k-th smallest of m is
+    multiplied by m - k + 1, made monotone, capped at 1."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, (len(p_values) - rank) * p_values[i])
+        adjusted[i] = min(1.0, running)
+    return adjusted
+
+
+def with_holm(differences: Sequence[Difference | None]) -> list[Difference | None]:
+    """The same differences with p_holm filled in across all of them (None entries kept)."""
+    present = [d for d in differences if d is not None]
+    adjusted = iter(holm([d.p for d in present]))
+    out = []
+    for d in differences:
+        if d is None:
+            out.append(None)
+            continue
+        out.append(Difference(d.diff, d.ci, d.p, d.mdd, d.test, next(adjusted)))
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Seeds per arm to detect `delta` with `power`, from a pilot's pooled std."""
+
+    delta: float
+    pooled_std: float
+    pilot_n: int
+    seeds_per_arm: int
+    power: float
+
+
+def seeds_needed(
+    groups: Sequence[Sequence[float]], delta: float, power: float = POWER, max_n: int = 10_000
+) -> Plan:
+    """The smallest n per arm at which a two-sided Welch test between two arms with the pilot's
+    pooled std (the root of the mean within-group variance) detects `delta` with `power`,
+    equal n per arm (df = 2n - 2)."""
+    from scipy import stats
+
+    if not delta > 0:
+        raise ValueError(f"--plan {delta} is not valid; expected a difference > 0")
+    samples = [_finite(g) for g in groups]
+    samples = [s for s in samples if len(s) >= 2]
+    if not samples:
+        raise ValueError("the pilot needs at least one group with 2 or more completed runs")
+    pooled = math.sqrt(math.fsum(statistics.variance(s) for s in samples) / len(samples))
+    pilot_n = min(len(s) for s in samples)
+    if pooled == 0:
+        return Plan(delta, 0.0, pilot_n, 2, 1.0)
+    n = 2
+    while n < max_n and _power(delta, pooled * math.sqrt(2 / n), 2 * n - 2) < power:
+        n += 1
+    achieved = _power(delta, pooled * math.sqrt(2 / n), 2 * n - 2)
+    return Plan(delta, pooled, pilot_n, n, achieved)

@@ -1,0 +1,192 @@
+"""attnlab-compare's statistics: intervals, Welch and paired tests, Holm, the minimum detectable
+difference, the verdict's wording, the sweep planner, and runs.csv as a recomputable input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from attnlab.analysis import stats
+from attnlab.cli import compare
+
+REPO = Path(__file__).resolve().parents[1]
+
+# docs/REPRODUCTION.md section 3's test BLEU per seed (h = 1 and h = 8).
+H1 = [27.13, 27.6, 28.77]
+H8 = [27.75, 27.96, 28.41]
+
+
+def test_interval_of_a_mean_is_students_t():
+    s = stats.summarize([1.0, 2.0, 4.0])
+    half = sps.t.ppf(0.975, 2) * np.std([1, 2, 4], ddof=1) / math.sqrt(3)
+    assert s.n == 3 and s.mean == pytest.approx(7 / 3)
+    assert s.ci == pytest.approx((7 / 3 - half, 7 / 3 + half))
+    assert stats.summarize([5.0]).ci is None and stats.summarize([]).n == 0
+
+
+def test_welch_difference_interval_and_p_on_the_heads_table():
+    """The reviewer's figures for h = 1 against h = 8: -0.21 BLEU, p about 0.7."""
+    d = stats.welch(H1, H8)
+    assert d.diff == pytest.approx(-0.2067, abs=1e-4)
+    assert d.p == pytest.approx(sps.ttest_ind(H1, H8, equal_var=False).pvalue)
+    assert 0.7 < d.p < 0.75 and d.ci[0] < d.diff < d.ci[1] and d.ci[0] < 0 < d.ci[1]
+    # Welch-Satterthwaite interval, written out
+    va, vb = np.var(H1, ddof=1) / 3, np.var(H8, ddof=1) / 3
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    half = sps.t.ppf(0.975, df) * math.sqrt(va + vb)
+    assert d.ci == pytest.approx((d.diff - half, d.diff + half))
+
+
+def test_minimum_detectable_difference_has_80_percent_power_by_simulation():
+    """Draw many experiments whose true difference is the MDD: about 80% are detected."""
+    rng = np.random.default_rng(0)
+    sd, n = 1.0, 4
+    pilot_a, pilot_b = rng.normal(0, sd, n), rng.normal(0, sd, n)
+    d = stats.welch(list(pilot_a), list(pilot_b))
+    se = math.sqrt(np.var(pilot_a, ddof=1) / n + np.var(pilot_b, ddof=1) / n)
+    # simulate with the pilot's own spreads, so that the standard error is the one assumed
+    sa, sb = np.std(pilot_a, ddof=1), np.std(pilot_b, ddof=1)
+    trials = 20_000
+    a = rng.normal(d.mdd, sa, (trials, n))
+    b = rng.normal(0.0, sb, (trials, n))
+    detected = sps.ttest_ind(a, b, axis=1, equal_var=False).pvalue < 0.05
+    assert se > 0 and detected.mean() == pytest.approx(0.8, abs=0.03)
+
+
+def test_paired_test_uses_per_seed_differences_and_needs_the_same_seeds():
+    arm, base = {1: 1.0, 2: 2.0, 3: 3.5}, {1: 0.5, 2: 1.2, 3: 3.0}
+    d = stats.paired(arm, base)
+    assert d.p == pytest.approx(sps.ttest_rel([1.0, 2.0, 3.5], [0.5, 1.2, 3.0]).pvalue)
+    assert d.p < stats.welch(list(arm.values()), list(base.values())).p  # seeds shared
+    with pytest.raises(ValueError, match="same seeds"):
+        stats.paired({1: 1.0, 2: 2.0}, {1: 1.0, 3: 2.0})
+
+
+def test_holm_step_down():
+    assert stats.holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert stats.holm([0.9, 0.8]) == [1.0, 1.0]
+
+
+def test_the_verdict_is_worded_by_the_tool():
+    up = stats.Difference(1.0, (0.5, 1.5), 0.012, 0.4, "welch")
+    down = stats.Difference(-1.0, (-1.5, -0.5), 0.2, 0.4, "welch", p_holm=0.03)
+    null = stats.Difference(0.1, (-2.0, 2.2), 0.7, 1.94, "welch")
+    assert up.verdict() == "higher (p=0.012)"
+    assert down.verdict() == "lower (p=0.03)"  # Holm's p decides when there is one
+    assert null.verdict() == "no difference detected; this n would miss differences under 1.94"
+
+
+def test_planner_asks_for_the_seeds_the_reviewer_computed():
+    """h = 1 vs h = 8 spreads: about 10 seeds per arm to see the paper's 0.9 BLEU."""
+    plan = stats.seeds_needed([H1, H8], 0.9)
+    assert plan.seeds_per_arm == 10 and plan.power >= 0.8
+    n, s = plan.seeds_per_arm - 1, plan.pooled_std
+    assert stats._power(0.9, s * math.sqrt(2 / n), 2 * n - 2) < 0.8  # one fewer is not enough
+    with pytest.raises(ValueError, match="--plan"):
+        stats.seeds_needed([H1, H8], 0.0)
+
+
+def _write_runs(root: Path, values: dict, metric="test/bleu", wall=60.0) -> None:
+    for (h, seed), value in values.items():
+        run = root / f"h{h}-s{seed}"
+        run.mkdir(parents=True)
+        record = {
+            "status": "completed",
+            "metrics": {metric: value, "val/nll_best": 2.0 + value / 100},
+            "config": {"model": {"n_heads": h}, "seed": seed, "run_name": f"h{h}-s{seed}"},
+            "seed": seed,
+            "wall_time_s": wall,
+            "extrapolation": {"16": {"greedy_exact_match": value / 100}},
+        }
+        (run / "results.json").write_text(json.dumps(record))
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    root = tmp_path / "sweep"
+    values = {(1, s): v for s, v in zip((1, 2, 3), H1, strict=True)}
+    values |= {(8, s): v for s, v in zip((1, 2, 3), H8, strict=True)}
+    values |= {(16, s): v for s, v in zip((1, 2, 3), (20.1, 20.4, 19.8), strict=True)}
+    _write_runs(root, values)
+    return root
+
+
+def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, tmp_path, capsys):
+    out = tmp_path / "report"
+    argv = [str(sweep), "--metric", "test/bleu", "--baseline", "model.n_heads=8", "--out", str(out)]
+    assert compare.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "against n_heads=8" in printed and "Holm's correction across 2 arms" in printed
+    assert "no difference detected; this n would miss differences under 2." in printed
+    assert "lower (p=" in printed  # h = 16 is 8 BLEU below
+    with open(out / "comparison.csv", newline="") as f:
+        rows = {r["model.n_heads"]: r for r in csv.DictReader(f)}
+    assert rows["8"]["test/bleu_p"] == "" and rows["8"]["test/bleu_verdict"] == ""
+    assert float(rows["1"]["test/bleu_p"]) == pytest.approx(stats.welch(H1, H8).p)
+    assert rows["16"]["test/bleu_verdict"].startswith("lower (p=")
+    md = (out / "comparison.md").read_text()
+    assert "## Statistics" in md and "MDD (80% power)" in md
+
+
+def test_runs_csv_regenerates_the_same_statistics(sweep, tmp_path, capsys):
+    """runs.csv is the recomputable form: compare on it prints the same tables as on the runs."""
+    argv = ["--metric", "test/bleu", "--baseline", "n_heads=8", "--columns", "length/16/*"]
+    assert compare.main([str(sweep), *argv, "--out", str(tmp_path / "a")]) == 0
+    from_runs = capsys.readouterr().out
+    table = tmp_path / "a" / "runs.csv"
+    header = table.read_text().splitlines()[0].split(",")
+    assert header[:4] == ["model.n_heads", "seed", "status", "wall_time_s"]
+    assert "length/16/greedy_exact_match" in header and "test/bleu" in header
+    assert compare.main([str(table), *argv, "--out", str(tmp_path / "b")]) == 0
+    from_csv = capsys.readouterr().out
+
+    def tables(text):
+        return [line for line in text.splitlines() if not line.startswith(("wrote", "no val"))]
+
+    assert tables(from_runs) == tables(from_csv)
+    assert "length/16/greedy_exact_match" in from_csv
+
+
+def test_planner_prints_seeds_runs_and_compute(sweep, capsys):
+    assert compare.main([str(sweep), "--metric", "test/bleu", "--plan", "0.9"]) == 0
+    out = capsys.readouterr().out
+    plan = stats.seeds_needed([H1, H8, [20.1, 20.4, 19.8]], 0.9)
+    assert f"{plan.seeds_per_arm} seeds per arm" in out
+    runs = 3 * plan.seeds_per_arm
+    assert f"compute: {runs} runs ({runs - 9} more than the pilot) x 1.0 min per run" in out
+    assert f"{runs * 60 / 3600:.2f} h of run time" in out
+    assert not (sweep / "comparison.md").exists()  # the planner writes nothing
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--baseline", "model.n_heads=3"], "matches no group; the groups: n_heads=1; n_heads=8"),
+        (["--baseline", "model.d_model=3"], "expected KEY=VALUE with KEY one of: model.n_heads"),
+        (["--paired", "--baseline", "n_heads=8"], "a paired test needs the same seeds"),
+        (["--plan", "-1"], "--plan -1.0 is not valid; expected a difference > 0"),
+    ],
+)
+def test_bad_statistics_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    root = tmp_path / "sweep"
+    _write_runs(root, {(1, 1): 1.0, (1, 2): 2.0, (8, 3): 1.5, (8, 4): 2.5})
+    assert compare.main([str(root), "--metric", "test/bleu", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_a_file_that_is_not_a_runs_table_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert compare.main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"attnlab-compare: error: {bad}: not a runs table; expected the columns "
+        "seed, status, wall_time_s"
+    )
