@@ -82,8 +82,8 @@ def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp
     )
     arrays = np.load(tmp_path / "attention.npz")
     assert set(arrays.files) == set(ENC_DEC)
-    assert arrays[ENC_DEC[0]].shape == (2, 4, 4)  # (H, S, S): the four source symbols
-    assert arrays[ENC_DEC[2]].shape == (2, 5, 4)  # (H, T, S): [BOS] + the four target symbols
+    assert arrays[ENC_DEC[0]].shape == (2, 5, 5)  # (H, S, S): the four source symbols + [EOS]
+    assert arrays[ENC_DEC[2]].shape == (2, 5, 5)  # (H, T, S): [BOS] + the four target symbols
     _assert_causal(arrays[ENC_DEC[1]])
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{n}.png" for n in ENC_DEC)
     # without --target: the model's own greedy output, under <run_dir>/attention/input
@@ -98,6 +98,35 @@ def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp
         'symbols 0..15 (e.g. "5 9 2 7")'
     )
     assert attention_main([str(tmp_path / "missing.ckpt"), "1 2"]) == 2
+
+
+def test_source_pads_get_weight_only_when_their_mask_is_off(
+    copy_run, compose, tiny_run, tmp_path, capsys
+):
+    """--pad N: the padded source of a batch; a model that masks source padding puts exactly 0
+    on the pads (printed and in the arrays), one trained with mask_source_padding=false does not."""
+    masked = copy_run / "checkpoints" / "last.ckpt"
+    run_dir = tmp_path / "unmasked"
+    _train(compose, tiny_run, run_dir, "model.mask_source_padding=false", "logger=none")
+    unmasked = run_dir / "checkpoints" / "last.ckpt"
+    pad_mass = {}
+    for name, ckpt in (("masked", masked), ("unmasked", unmasked)):
+        out = tmp_path / name
+        capsys.readouterr()
+        argv = [str(ckpt), "5 9 2 7", "--target", "5 9 2 7", "--pad", "3", "--out", str(out)]
+        assert attention_main(argv) == 0
+        printed = capsys.readouterr().out
+        assert "weight on the 3 source pads" in printed
+        arrays = np.load(out / "attention.npz")
+        assert arrays[ENC_DEC[0]].shape == (2, 8, 8)  # 4 symbols, [EOS], 3 pads
+        pad_mass[name] = [arrays[n][:, :, 5:].sum(-1) for n in (ENC_DEC[0], ENC_DEC[2])]
+        if name == "masked":
+            assert "decoder.layers.0.cross_attn: mean 0, max 0" in printed
+    assert all(np.all(m == 0.0) for m in pad_mass["masked"])
+    assert all(np.all(m > 0.01) for m in pad_mass["unmasked"])  # every query leaks onto pads
+    capsys.readouterr()
+    assert attention_main([str(masked), "5 9", "--pad", "-1"]) == 2
+    assert "--pad -1 is not valid" in capsys.readouterr().err
 
 
 def test_decoder_only_maps_are_causal(compose, tiny_run, tmp_path):

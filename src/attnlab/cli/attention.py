@@ -11,6 +11,12 @@ synthetic tasks the input is the symbols as space-separated ids, 0 .. data.n_sym
 ("5 9 2 7"; the token ids are these plus the 4 special ids). Without --target,
 the model's own greedy output is the target (encoder-decoder) or the continuation (decoder-only
 synthetic tasks: [BOS] x [SEP] y). --wandb also logs the PNGs into the run's W&B run.
+--pad N appends N padding tokens to an encoder-decoder's source, as in a batch whose longest
+source is N tokens longer, and prints how much weight each module puts on them: exactly 0 for a
+model that masks source padding, and the first sign of a forgotten mask
+(model.mask_source_padding=false) otherwise.
+
+    attnlab-attention CKPT "5 9 2 7" --pad 6
 """
 
 from __future__ import annotations
@@ -34,6 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default: <run_dir>/attention/input)")
     p.add_argument("--max-len", type=int, default=100, help="greedy decoding limit (tokens)")
     p.add_argument(
+        "--pad",
+        type=int,
+        default=0,
+        metavar="N",
+        help="append N padding tokens to the source (encoder-decoder); print the weight on them",
+    )
+    p.add_argument(
         "--wandb",
         action="store_true",
         help="also log the maps as images into the run's W&B run (offline without an API key)",
@@ -52,6 +65,22 @@ def main(argv: list[str] | None = None) -> int:
     for path in written[:-1]:
         print(f"  {path}")
     return 0
+
+
+def pad_weight_lines(weights: dict, src_ids: list[int], pad_id: int) -> list[str]:
+    """For every module whose keys are source positions (encoder self-attention and
+    cross-attention), the weight on the source's pad positions: the mean over heads and queries
+    of each query's total weight on pads, and the largest such total."""
+    import numpy as np
+
+    pads = np.array([t == pad_id for t in src_ids])
+    lines = []
+    for name, w in weights.items():  # (H, T, S)
+        if "cross_attn" not in name and not name.startswith("encoder."):
+            continue
+        mass = np.asarray(w)[..., pads].sum(-1)  # (H, T): each query's weight on pads
+        lines.append(f"  {name}: mean {mass.mean():.3g}, max {mass.max():.3g}")
+    return lines
 
 
 def attention_of(args: argparse.Namespace) -> list[Path]:
@@ -73,6 +102,10 @@ def attention_of(args: argparse.Namespace) -> list[Path]:
     inputs = _inputs(model, hparams, datamodule, args)
     weights = collect_attention(model, *inputs)
     weights = {name: w[0] for name, w in weights.items()}  # (H, T, S): one input
+    if args.pad:
+        pad_id = model.config.pad_id
+        print(f"weight on the {args.pad} source pads (per query, summed over the pads):")
+        print("\n".join(pad_weight_lines(weights, inputs[0][0].tolist(), pad_id)))
     tokenizer, sep_id = getattr(datamodule, "tokenizer", None), getattr(datamodule, "sep_id", None)
     src = token_labels(inputs[0][0].tolist(), tokenizer, sep_id)
     tgt = token_labels(inputs[1][0].tolist(), tokenizer, sep_id) if len(inputs) > 1 else None
@@ -114,12 +147,16 @@ def _inputs(model, hparams, datamodule, args) -> tuple:
 
     from attnlab.model.decoding import generate, greedy_decode
 
-    bos, eos = hparams.get("bos_id", 2), hparams.get("eos_id", 3)
+    bos, eos, pad = hparams.get("bos_id", 2), hparams.get("eos_id", 3), model.config.pad_id
+    if args.pad and model.config.arch != "encoder_decoder":
+        raise InputError(f"--pad {args.pad}: only an encoder-decoder has source padding")
+    if args.pad < 0:
+        raise InputError(f"--pad {args.pad} is not valid; expected a number of tokens >= 0")
     source = _encode(datamodule, args.source, "source")
     target = _encode(datamodule, args.target, "--target") if args.target is not None else None
     synthetic = hasattr(datamodule, "length_batches")
     if model.config.arch == "encoder_decoder":
-        src = torch.tensor([source if synthetic else [*source, eos]])  # text: x + [EOS]
+        src = torch.tensor([[*source, eos, *[pad] * args.pad]])  # x + [EOS], as the data
         if target is None:
             target = [t for t in greedy_decode(model, src, bos, eos, args.max_len)[0].tolist()]
             target = target[: target.index(eos)] if eos in target else target
