@@ -54,7 +54,7 @@ from attnlab.analysis.groups import (
 )
 from attnlab.analysis.run_table import read_runs_csv, write_runs_csv
 from attnlab.analysis.runs import Run, find_results, load_run, trials_without_results
-from attnlab.analysis.tables import text_table
+from attnlab.analysis.tables import markdown_table, text_table
 
 PROG = "attnlab-compare"
 
@@ -108,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the seeds per arm needed to detect a difference DELTA in --metric with 80%% "
         "power from these runs' spread, and its compute; writes nothing",
     )
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the statistics and per-length tables as markdown, each under a "
+        "'<!-- table: KEY -->' line (what docs/REPRODUCTION.md embeds); writes nothing",
+    )
     p.add_argument("--out", help="output directory (default: the first PATH, if a directory)")
     return p
 
@@ -126,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         c = compare(args)
         if args.plan is not None:
             print(plan_text(c.groups, c.headline, args.plan))
+            return 0
+        if args.markdown:
+            for key, table in markdown_tables(c).items():
+                print(f"<!-- table: {key} -->\n{table}\n")
             return 0
     except CompareError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
@@ -187,6 +197,18 @@ def compare(args: argparse.Namespace) -> Comparison:
     except ValueError as err:
         raise CompareError(str(err)) from None
     return Comparison(runs, unreadable, keys, groups, headline, tests, baseline, statistics)
+
+
+def markdown_tables(c: Comparison) -> dict[str, str]:
+    """{'statistics <metric>': markdown, 'lengths <metric>': markdown} for every tested metric
+    and every per-length metric of the runs."""
+    from attnlab.analysis.extrapolation import extrapolation_table, length_metrics
+
+    tables = {f"statistics {m}": markdown_table(rows) for m, rows in c.statistics.items()}
+    names = short_names(c.keys)
+    for metric in length_metrics(c.runs):
+        tables[f"lengths {metric}"] = markdown_table(extrapolation_table(c.groups, names, metric))
+    return tables
 
 
 def statistics_title(metric: str, c: Comparison, paired: bool) -> str:
