@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab.cli.eval import main
 from attnlab.config.preflight import compose_config
@@ -180,6 +181,10 @@ def test_eval_command_on_explicit_files(run, tmp_path):
     assert results["n_sentences"] == len(hyps) == N_EVAL and results["decode"]["beam_size"] == 1
 
 
+class NotWeights:
+    """An object a weights-only load refuses (its unpickling would run this module's code)."""
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -196,18 +201,26 @@ def test_eval_command_on_explicit_files(run, tmp_path):
             "decode.beam_size=0 is not valid; expected an integer >= 1",
         ),
         (["ckpt={bad}"], "ckpt: checkpoint {bad} cannot be read"),
+        (["ckpt={text}"], "ckpt: checkpoint {text} cannot be read (IndexError"),
+        (["ckpt={code}"], "ckpt: checkpoint {code} cannot be read safely: it holds objects other"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run, capsys, tmp_path, args, message):
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"not a checkpoint")
-    names = {"last": run["run_dir"] / "checkpoints" / "last.ckpt", "bad": bad}
+    text = tmp_path / "notes.txt"
+    text.write_text("a text file\nnot a checkpoint\n")
+    code = tmp_path / "code.ckpt"  # a pickle whose loading would build arbitrary objects
+    torch.save({"state_dict": NotWeights()}, code)
+    names = {"last": run["run_dir"] / "checkpoints" / "last.ckpt", "bad": bad, "text": text}
+    names["code"] = code
     with pytest.raises(SystemExit) as info:
         main([a.format(**names) for a in args])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("attnlab-eval: error: ")
     assert message.format(**names) in err
+    assert "weights_only" not in err  # never torch's unsafe advice to retry without it
 
 
 def test_attention_command_on_a_sentence(run, tmp_path):
