@@ -124,12 +124,12 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
     printed = capsys.readouterr().out
     assert "against n_heads=8" in printed and "Holm's correction across 2 arms" in printed
     assert "no difference detected; this n would miss differences under 2." in printed
-    assert "lower (p=" in printed  # h = 16 is 8 BLEU below
+    assert "lower (p<0.001)" in printed  # h = 16 is 8 BLEU below
     with open(out / "comparison.csv", newline="") as f:
         rows = {r["model.n_heads"]: r for r in csv.DictReader(f)}
     assert rows["8"]["test/bleu_p"] == "" and rows["8"]["test/bleu_verdict"] == ""
     assert float(rows["1"]["test/bleu_p"]) == pytest.approx(stats.welch(H1, H8).p)
-    assert rows["16"]["test/bleu_verdict"].startswith("lower (p=")
+    assert rows["16"]["test/bleu_verdict"] == "lower (p<0.001)"
     md = (out / "comparison.md").read_text()
     assert "## Statistics" in md and "MDD (80% power)" in md
 
