@@ -147,7 +147,21 @@ def multi30k_missing_no_download(d):
     root = multi30k_root(d)
     (root / "val.de.gz").unlink()
     cfg = {"_target_": MULTI30K_T, "root": str(root), "download": False}
-    return cfg, "data.root", root / "val.de.gz", ": missing (and download=false)"
+    return cfg, "data.root", root / "val.de.gz", ": missing; place it there, or set data.downl"
+
+
+def multi30k_named_root_missing_file(d):
+    """A root the user names is never downloaded into unless data.download=true."""
+    root = multi30k_root(d)
+    (root / "val.de.gz").unlink()
+    cfg = {"_target_": MULTI30K_T, "root": str(root)}
+    return cfg, "data.root", root / "val.de.gz", ": missing; place it there, or set data.downl"
+
+
+def multi30k_mistyped_root(d):
+    """A root that does not exist is one line (not one per file), and nothing is created."""
+    cfg = {"_target_": MULTI30K_T, "root": str(d / "mulit30k")}
+    return cfg, "data.root", None, f"{d / 'mulit30k'} does not exist; put Multi30K's files there"
 
 
 def multi30k_broken_file(d):
@@ -158,7 +172,7 @@ def multi30k_broken_file(d):
 
 def shakespeare_missing_no_download(d):
     cfg = {"_target_": SHAKESPEARE_T, "root": str(d / "none"), "download": False}
-    return cfg, "data.root", d / "none" / "input.txt", ": missing (and download=false)"
+    return cfg, "data.root", None, "does not exist; put Tiny Shakespeare's files there"
 
 
 def half_a_test_pair(d):
@@ -264,6 +278,8 @@ BROKEN = [
     truncated_gzip,
     directory_instead_of_file,
     multi30k_missing_no_download,
+    multi30k_named_root_missing_file,
+    multi30k_mistyped_root,
     multi30k_broken_file,
     shakespeare_missing_no_download,
     half_a_test_pair,
@@ -341,14 +357,15 @@ def test_problems_are_all_reported(tmp_path):
         translation_cfg,
         lambda d: translation_cfg(d, test_src=str(d / "val.en.gz"), test_tgt=str(d / "val.de.gz")),
         lambda d: {"_target_": MULTI30K_T, "root": str(multi30k_root(d)), "download": False},
-        # missing but downloadable: prepare_data will fetch it
+        # missing but downloadable (data.download=true): prepare_data will fetch it
         lambda d: {
             "_target_": MULTI30K_T,
             "root": str(d / "new"),
             "src_lang": "de",
             "tgt_lang": "en",
+            "download": True,
         },
-        lambda d: {"_target_": SHAKESPEARE_T, "root": str(d / "new"), "block_size": 8},
+        lambda d: {"_target_": SHAKESPEARE_T, "root": None, "cache_dir": str(d), "block_size": 8},
         lambda d: lm_cfg(d, tokenizer_type="bpe", vocab_size=500, splits=[0.8, 0.2, 0.0]),
         lambda d: {"_target_": "attnlab.data.synthetic.SyntheticDataModule", "name": "copy"},
         lambda d: {"_target_": "somewhere.else.DataModule", "path": "/nonexistent"},

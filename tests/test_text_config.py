@@ -130,7 +130,14 @@ def test_preflight_reports_each_data_problem_on_one_line(capsys, tmp_path):
         capsys,
         ["data=multi30k", f"data.root={tmp_path / 'none'}", "data.download=false"],
     )
-    assert len(lines) == 6 and all("missing (and download=false)" in line for line in lines)
+    assert lines == [
+        f"data.root: {tmp_path / 'none'} does not exist; put Multi30K's files there "
+        "({train,val,test_2016_flickr}.{en,de}.gz), or set data.download=true to fetch them "
+        "into it (data.root=null: into the cache)"
+    ]
+    (tmp_path / "empty").mkdir()
+    lines = _preflight_lines(capsys, ["data=multi30k", f"data.root={tmp_path / 'empty'}"])
+    assert len(lines) == 6 and all("missing; place it there, or set data.do" in x for x in lines)
     lines = _preflight_lines(
         capsys, ["model=lm_small", "data=lm_text", f"data.path={tmp_path / 'x.txt'}"]
     )

@@ -213,9 +213,12 @@ def test_multi30k_from_shared_root_without_network(tmp_path):
 
 
 def test_multi30k_missing_files(tmp_path):
-    dm = Multi30kDataModule(root=str(tmp_path / "m30k"), cache_dir=str(tmp_path))
+    dm = Multi30kDataModule(root=str(tmp_path / "m30k"), cache_dir=str(tmp_path), download=True)
     with pytest.raises(DownloadError, match=r"train\.en\.gz is missing .*raw/train\.en\.gz"):
         dm.prepare_data()
+    dm = Multi30kDataModule(root=str(tmp_path / "m30k"), cache_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"m30k/train\.en\.gz is missing"):
+        dm.prepare_data()  # a root the user names: never downloaded into by default
     dm = Multi30kDataModule(root=str(tmp_path / "m30k"), download=False, cache_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"m30k/train\.en\.gz is missing"):
         dm.prepare_data()
@@ -294,10 +297,14 @@ def test_tinyshakespeare_finds_plain_or_gzip_and_downloads_when_missing(tmp_path
         RemoteFile(upstream.as_uri(), sha256_file(upstream)),
     )
     dm = TinyShakespeareDataModule(
-        root=str(tmp_path / "new"), cache_dir=str(tmp_path), block_size=16
+        root=str(tmp_path / "new"), cache_dir=str(tmp_path), block_size=16, download=True
     )
     dm.prepare_data()
     assert (tmp_path / "new" / "input.txt").read_bytes() == upstream.read_bytes()
+    default = TinyShakespeareDataModule(cache_dir=str(tmp_path / "cache"), block_size=16)
+    default.prepare_data()  # data.root=null: the default folder is fetched into
+    assert default.text_path() == tmp_path / "cache" / "data" / "tinyshakespeare" / "input.txt"
+    assert default.text_path().read_bytes() == upstream.read_bytes()
     missing = TinyShakespeareDataModule(root=str(tmp_path / "none"), download=False)
     with pytest.raises(FileNotFoundError, match=r"none/input.txt \(or input.txt.gz\) is missing"):
         missing.prepare_data()

@@ -61,7 +61,9 @@ class Multi30kDataConfig(_TranslationOptions):
     root: str | None = None  # null: <cache_dir>/data/multi30k (downloaded there if missing)
     src_lang: Lang = Lang.en
     tgt_lang: Lang = Lang.de
-    download: bool = True
+    # null: fetch missing files only into the default folder (root=null); a root you name is
+    # read as it is unless download=true
+    download: bool | None = None
 
 
 @dataclass
@@ -89,7 +91,7 @@ class TinyShakespeareDataConfig(_LMOptions):
 
     _target_: str = "attnlab.data.language_model.TinyShakespeareDataModule"
     root: str | None = None  # null: <cache_dir>/data/tinyshakespeare (downloaded if missing)
-    download: bool = True
+    download: bool | None = None  # null: only into the default folder (see Multi30kDataConfig)
 
 
 # ConfigStore name -> schema; conf/data/<option>.yaml names `/<name>@_here_` in its defaults.

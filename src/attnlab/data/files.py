@@ -113,7 +113,11 @@ def file_problem(file: DataFile) -> tuple[str | None, int | None]:
     if not file.path.exists():
         if file.download:
             return None, None  # fetched by prepare_data
-        why = " (and download=false)" if file.download is False else ""
+        why = (
+            "; place it there, or set data.download=true to fetch it"
+            if file.download is False
+            else ""
+        )
         return f"{head}: missing{why}", None
     if file.path.is_dir():
         expected = "a SentencePiece .model" if file.kind == "sentencepiece" else _TEXT

@@ -203,22 +203,28 @@ class TinyShakespeareDataModule(LMTextDataModule):
     """Tiny Shakespeare (karpathy/char-rnn), 1.1 M characters, char-level by default.
 
     Uses <root>/input.txt, else <root>/input.txt.gz; if neither exists, downloads input.txt
-    (sha256-checked; `download=False` raises instead). Default root:
-    <cache_dir>/data/tinyshakespeare. The other keyword arguments are LMTextDataModule's.
+    (sha256-checked) when `download` is true, or when it is None (the default) and `root` is
+    unset: the default root, <cache_dir>/data/tinyshakespeare. A root the user names is read as
+    it is. The other keyword arguments are LMTextDataModule's.
     """
 
-    def __init__(self, root: str | None = None, download: bool = True, **kwargs) -> None:
+    def __init__(self, root: str | None = None, download: bool | None = None, **kwargs) -> None:
         raise_first(TinyShakespeareDataModule.own_problems(kwargs))
         kwargs.setdefault("tokenizer_type", "char")
         super().__init__(**kwargs)
         self.root = self.dataset_root(root, kwargs.get("cache_dir"), "tinyshakespeare")
-        self.download = download
+        self.download = self.fetches(root, download)
 
     @staticmethod
     def own_problems(args: Mapping) -> list[str]:
-        """The text comes from root: data.path must not be set."""
+        """The text comes from root: data.path must not be set; a named root must exist."""
         if args.get("path"):
             return ["data.path: Tiny Shakespeare reads <data.root>/input.txt; remove data.path"]
+        if "root" in args:  # the complete arguments (the preflight), not a constructor's
+            cls = TinyShakespeareDataModule
+            root = cls.dataset_root(args["root"], args["cache_dir"], "tinyshakespeare")
+            fetch = cls.fetches(args["root"], args["download"])
+            return present(cls.root_problem(root, fetch, "Tiny Shakespeare", "input.txt"))
         return []
 
     @staticmethod
@@ -233,7 +239,10 @@ class TinyShakespeareDataModule(LMTextDataModule):
     def expected_files(cls, args: Mapping) -> list[tuple[DataFile, ...]]:
         """<root>/input.txt (or .gz); a missing one is downloaded if allowed."""
         root = cls.dataset_root(args["root"], args["cache_dir"], "tinyshakespeare")
-        return [(DataFile("data.root", cls.root_text_file(root), download=args["download"]),)]
+        fetch = cls.fetches(args["root"], args["download"])
+        if not (fetch or root.is_dir()):
+            return []  # reported by own_problems
+        return [(DataFile("data.root", cls.root_text_file(root), download=fetch),)]
 
     def text_path(self) -> Path:
         return self.root_text_file(self.root)
@@ -244,7 +253,8 @@ class TinyShakespeareDataModule(LMTextDataModule):
             return
         if not self.download:
             raise FileNotFoundError(
-                f"{path} (or input.txt.gz) is missing and data.download=false; place it there"
+                f"{path} (or input.txt.gz) is missing; place it there, or set data.download=true "
+                "to fetch it"
             )
         remote = KNOWN_FILES["tinyshakespeare/input.txt"]
         ensure_file(remote.url, path, remote.sha256)

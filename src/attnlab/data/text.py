@@ -293,6 +293,23 @@ class TokenizedDataModule(L.LightningDataModule):
             return Path(str(root)).expanduser()
         return TokenizedDataModule.cache_root(cache_dir) / "data" / name
 
+    @staticmethod
+    def fetches(root: str | None, download: bool | None) -> bool:
+        """Whether missing files are downloaded: `download` when set; by default (None) only
+        into the default cache folder (root unset), never into a folder the user named, where a
+        missing file is far more often a mistyped path than a wish to download."""
+        return bool(download) if download is not None else not root
+
+    @staticmethod
+    def root_problem(root: Path, fetch: bool, dataset: str, files: str) -> str | None:
+        """One line when a named dataset's folder does not exist and nothing will fetch it."""
+        if fetch or root.is_dir():
+            return None
+        return (
+            f"data.root: {root} does not exist; put {dataset}'s files there ({files}), or set "
+            "data.download=true to fetch them into it (data.root=null: into the cache)"
+        )
+
     # hooks for subclasses
     def _ensure_files(self) -> None:
         """Make sure the data files exist (download them if needed)."""

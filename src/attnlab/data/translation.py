@@ -227,7 +227,8 @@ class Multi30kDataModule(TranslationDataModule):
     Splits train / val / test_2016_flickr, in either direction (src_lang, tgt_lang in
     {en, de}). Files are read from `root` as <split>.<lang>.gz (or uncompressed <split>.<lang>);
     missing ones are downloaded from the dataset's GitHub repository and checked against their
-    sha256 (`download=False` raises instead). Default root: <cache_dir>/data/multi30k.
+    sha256 when `download` is true, or when it is None (the default) and `root` is unset: the
+    default root, <cache_dir>/data/multi30k. A root the user names is read as it is.
     The other keyword arguments are TranslationDataModule's.
     """
 
@@ -236,7 +237,7 @@ class Multi30kDataModule(TranslationDataModule):
         root: str | None = None,
         src_lang: str = "en",
         tgt_lang: str = "de",
-        download: bool = True,
+        download: bool | None = None,
         **kwargs,
     ) -> None:
         raise_first(
@@ -244,7 +245,8 @@ class Multi30kDataModule(TranslationDataModule):
         )
         super().__init__(**kwargs)
         self.root = self.dataset_root(root, kwargs.get("cache_dir"), "multi30k")
-        self.src_lang, self.tgt_lang, self.download = src_lang, tgt_lang, download
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.download = self.fetches(root, download)
 
     @staticmethod
     def own_problems(args: Mapping) -> list[str]:
@@ -264,6 +266,11 @@ class Multi30kDataModule(TranslationDataModule):
             f"data.{key}: Multi30K reads its files from data.root; remove data.{key}"
             for key in file_keys
         ]
+        if "root" in args:  # the complete arguments (the preflight), not a constructor's
+            root = Multi30kDataModule.dataset_root(args["root"], args["cache_dir"], "multi30k")
+            fetch = Multi30kDataModule.fetches(args["root"], args["download"])
+            names = "{train,val,test_2016_flickr}.{en,de}.gz"
+            problems += present(Multi30kDataModule.root_problem(root, fetch, "Multi30K", names))
         return problems
 
     @staticmethod
@@ -278,11 +285,12 @@ class Multi30kDataModule(TranslationDataModule):
         """(source, target) of every split under root; missing ones are downloaded if allowed."""
         root = cls.dataset_root(args["root"], args["cache_dir"], "multi30k")
         langs = (args["src_lang"], args["tgt_lang"])
-        if any(lang not in MULTI30K_LANGS for lang in langs):
-            return []  # reported by own_problems
+        fetch = cls.fetches(args["root"], args["download"])
+        if any(lang not in MULTI30K_LANGS for lang in langs) or not (fetch or root.is_dir()):
+            return []  # reported by own_problems (a missing root: one line, not six)
         return [
             tuple(
-                DataFile("data.root", cls.split_file(root, split, lang), download=args["download"])
+                DataFile("data.root", cls.split_file(root, split, lang), download=fetch)
                 for lang in langs
             )
             for split in SPLITS
@@ -303,6 +311,7 @@ class Multi30kDataModule(TranslationDataModule):
                     continue
                 if not self.download:
                     raise FileNotFoundError(
-                        f"Multi30K file {path} is missing and data.download=false; place it there"
+                        f"Multi30K file {path} is missing; place it there, or set "
+                        "data.download=true to fetch it"
                     )
                 fetch_known(f"multi30k/{path.name}", self.root)
