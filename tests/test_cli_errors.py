@@ -117,6 +117,10 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has 
         (["optim.lr=-1"], "optim.lr=-1.0"),
         pytest.param(["trainer.accelerator=gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
         pytest.param(["-m", "trainer=cpu,gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
+        # a mistyped data folder: one line, no download attempt, the folder is not created
+        (["data=multi30k", "data.root=mistyped/multi30k"], "data.root: mistyped/multi30k does n"),
+        (["experiment=multi30k_cpu", "data.root=mistyped/m"], "data.root: mistyped/m does not e"),
+        (["experiment=tinyshakespeare", "data.root=mistyped/ts"], "data.root: mistyped/ts does "),
     ],
 )
 def test_command_line_exits_2_without_traceback(tmp_path, args, key):
@@ -125,6 +129,7 @@ def test_command_line_exits_2_without_traceback(tmp_path, args, key):
     assert proc.stderr.startswith(f"attnlab-train: error: {key}")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+    assert not (tmp_path / "mistyped").exists()
 
 
 def test_cfg_job_resolve_prints_the_resolved_config(tmp_path):
