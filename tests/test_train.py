@@ -278,3 +278,28 @@ def test_default_run_learns_reverse(tmp_path):
     results = json.loads(record.read_text())
     assert results["status"] == "completed"
     assert results["metrics"]["test/exact_match"] >= 0.95
+
+
+@pytest.mark.slow
+def test_each_unnamed_multirun_gets_its_own_dated_folder(tiny_run, tmp_path, capsys):
+    """Two multiruns without name=: two folders, nothing overwritten or mixed; attnlab-compare
+    on their parent says that it mixes them."""
+    from attnlab.cli import compare
+
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    env.pop("ATTNLAB_MULTIRUN_STAMP", None)
+    root = tmp_path / "multirun"
+    for seed in (1, 2):
+        cmd = [sys.executable, "-m", "attnlab.cli.train", "-m", f"seed={seed}", *tiny_run]
+        cmd += ["logger=none", "callbacks=none", f"paths.multirun_root={root}"]
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    folders = sorted((root / "default").iterdir())
+    assert len(folders) == 2 and all(f.name[:4].isdigit() for f in folders)  # <date>_<time>
+    for folder, seed in zip(folders, (1, 2), strict=True):
+        (record,) = folder.glob("*/results.json")
+        assert json.loads(record.read_text())["seed"] == seed
+        assert (folder / "multirun.yaml").is_file()
+    assert compare.main([str(root), "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert f"note: these runs come from 2 multiruns or sweeps: {folders[0]}; {folders[1]}" in out

@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         return err.code
     out = _out_dir(args)
     table = report.comparison_table(c.groups, c.keys, c.headline, c.tests)
+    mixed = sources(c.runs)
+    if len(mixed) > 1:
+        print(f"note: these runs come from {len(mixed)} multiruns or sweeps: " + "; ".join(mixed))
     print(c.title)
     print(text_table(table))
     for metric, rows in c.statistics.items():
@@ -197,6 +200,17 @@ def compare(args: argparse.Namespace) -> Comparison:
     except ValueError as err:
         raise CompareError(str(err)) from None
     return Comparison(runs, unreadable, keys, groups, headline, tests, baseline, statistics)
+
+
+def sources(runs: list[Run]) -> list[str]:
+    """The multirun and sweep folders (with multirun.yaml or summary.json) the runs come from."""
+    found: dict[str, None] = {}
+    for run in runs:
+        for parent in run.run_dir.parents:
+            if (parent / "multirun.yaml").is_file() or (parent / "summary.json").is_file():
+                found.setdefault(str(parent), None)
+                break
+    return list(found)
 
 
 def markdown_tables(c: Comparison) -> dict[str, str]:

@@ -95,13 +95,19 @@ def _is_multirun(argv: list[str]) -> bool:
 
 def _multirun(jobs: int | None) -> int:
     """Run the multirun; print which jobs did not succeed; the worst job's exit code."""
+    import os
+    from datetime import datetime
+
     import hydra
 
     from attnlab.config.location import conf_dir
+    from attnlab.config.resolvers import STAMP_ENV
     from attnlab.runs import multirun
 
     id_override = multirun.new_id_override()
     _add_override(id_override)
+    # One date and time for this multirun's folder in every process its launcher starts.
+    os.environ[STAMP_ENV] = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     launcher_code = 0
     try:
         hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()

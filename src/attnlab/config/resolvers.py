@@ -6,6 +6,11 @@ Where a run writes (conf/train.yaml):
     ${attnlab_run_dir:${name},${seed},${resume}}   the run directory's name (attnlab.runs.identity)
     ${attnlab_output_dir:}                         the job's output directory, also where Hydra
                                                    has not set it (--cfg job --resolve)
+    ${attnlab_multirun_dir:${paths.multirun_root},${name}}
+                                                   a multirun's folder: <root>/<name> for a named
+                                                   experiment (rerun: resumed), and a new dated
+                                                   <root>/default/<date>_<time> for each unnamed
+                                                   one (as Hydra's default), never an overwrite
 
 Values that follow from others (the presets):
 
@@ -71,10 +76,36 @@ def _output_dir_resolver() -> str:
     return str(hydra_cfg.run.dir)
 
 
+STAMP_ENV = "ATTNLAB_MULTIRUN_STAMP"  # set by attnlab-train -m; jobs in other processes inherit it
+_stamp: list[str] = []
+
+
+def multirun_stamp() -> str:
+    """This multirun's date and time, the same in every process of it (the launching process
+    sets STAMP_ENV before its launcher starts any job)."""
+    import os
+    from datetime import datetime
+
+    if os.environ.get(STAMP_ENV):
+        return os.environ[STAMP_ENV]
+    if not _stamp:
+        _stamp.append(datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    return _stamp[0]
+
+
+def _multirun_dir_resolver(root: str, name: str) -> str:
+    """${attnlab_multirun_dir:${paths.multirun_root},${name}} in conf/train.yaml's
+    hydra.sweep.dir: unnamed multiruns (name=default) get a new dated folder each."""
+    if str(name) == "default":
+        return f"{root}/default/{multirun_stamp()}"
+    return f"{root}/{name}"
+
+
 def register() -> None:
     for name, fn in (
         ("attnlab_run_dir", _run_dir_resolver),
         ("attnlab_output_dir", _output_dir_resolver),
+        ("attnlab_multirun_dir", _multirun_dir_resolver),
         ("attnlab_world", world),
         ("attnlab_mul", mul),
         ("attnlab_accumulation", accumulation),
