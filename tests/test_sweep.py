@@ -138,7 +138,31 @@ def test_grid_expansion_is_the_cartesian_product_with_fixed_values():
     assert trials[4].overrides == ["a=2", "b=y", "c=0.5", "group=g"]
     assert trials[4].name == "a_2-b_y"  # fixed parameters do not name trials
     assert [t.index for t in trials] == list(range(6))
-    assert len(expand_sweep(config, count=4)) == 4  # --count caps a grid
+    assert len(expand_sweep(config, count=4)) == 4  # --count caps a grid without seeds
+
+
+def test_count_on_a_grid_takes_whole_rounds_of_seeds_and_says_so():
+    """--count N on a 4-arm x 3-seed grid: never the first arm alone (the first N in order)."""
+    from attnlab.sweeps.spec import grid_count
+
+    config = {
+        "method": "grid",
+        "parameters": {"model.n_heads": {"values": [1, 4, 8, 16]}, "seed": {"values": [1, 2, 3]}},
+    }
+    chosen, note = grid_count(config, 8)
+    assert sorted((t["model.n_heads"], t["seed"]) for t in chosen) == sorted(
+        itertools.product([1, 4, 8, 16], [1, 2])
+    )
+    assert note == (
+        "--count 8: seeds 1, 2 of each of the 4 arms (8 of 12 trials; whole rounds of seeds "
+        "keep the arms comparable)"
+    )
+    chosen, note = grid_count(config, 3)
+    assert [(t["model.n_heads"], t["seed"]) for t in chosen] == [(1, 1), (4, 1), (8, 1)]
+    assert note == "--count 3: seed 1 of the first 3 of 4 arms (3 of 12 trials)"
+    assert grid_count(config, 12) == (expand_params(config), None)
+    with pytest.raises(SweepError, match="--count 0 is not valid"):
+        grid_count(config, 0)
 
 
 def test_random_expansion_samples_each_distribution_reproducibly():

@@ -23,7 +23,14 @@ from pathlib import Path
 import yaml
 
 from attnlab.sweeps.runner import gpu_groups, run_trials
-from attnlab.sweeps.spec import SweepError, Trial, expand_sweep, load_sweep, sweep_name
+from attnlab.sweeps.spec import (
+    SweepError,
+    Trial,
+    expand_sweep,
+    grid_count,
+    load_sweep,
+    sweep_name,
+)
 from attnlab.sweeps.summary import write_summary
 
 __all__ = ["Trial", "expand_sweep", "main"]
@@ -87,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run_wandb(args, config, groups)
         out = Path(args.out) if args.out else default_out_dir(config["name"])
         trials = expand_sweep(config, args.overrides, out_dir=out, count=args.count, seed=args.seed)
+        note = grid_count(config, args.count)[1] if config.get("method") == "grid" else None
     except (SweepError, ValueError) as err:
         print(f"attnlab-sweep: error: {err}", file=sys.stderr)
         return 2
@@ -101,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         f"sweep {name} ({args.sweep}): {config['method']}, {len(trials)} trials, "
         f"{parallel} at a time" + (f", GPU groups {groups}" if groups else "") + f", out {out}"
     )
+    if note:
+        print(note)
     if args.dry_run:
         for t in trials:
             shown = [o for o in t.overrides if not o.startswith("hydra.run.dir=")]

@@ -44,7 +44,7 @@ def evaluate_checkpoint_lengths(model, hparams: dict, run_dir: Path, cfg, starte
     module = module_for(datamodule.task)(**hparams)
     module.model = model
     module.to(device_of(cfg.device))
-    results = evaluate_lengths(module, datamodule, lengths, cfg.eval.n_examples)
+    results = evaluate_lengths(module, datamodule, lengths, cfg.eval.n_examples, progress=True)
     out = Path(cfg.out) if cfg.out else run_dir / "eval" / "lengths"
     record = {
         "extrapolation": results,

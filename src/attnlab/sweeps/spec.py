@@ -191,17 +191,48 @@ def _quantize(x: float, q: float) -> float | int:
 
 
 def expand_params(config: Mapping, count: int | None = None, seed: int = 0) -> list[dict]:
-    """The parameter sets of a sweep: the cartesian product for `grid` (first parameter slowest,
-    capped at `count` when given), `count` draws for `random`."""
+    """The parameter sets of a sweep: the cartesian product for `grid` (first parameter slowest;
+    `count` takes whole rounds of seeds, see grid_count), `count` draws for `random`."""
     params = config["parameters"]
     if config["method"] == "grid":
-        axes = [spec["values"] if "values" in spec else [spec["value"]] for spec in params.values()]
-        grid = [dict(zip(params, combo, strict=True)) for combo in itertools.product(*axes)]
-        return grid[:count] if count is not None else grid
+        return grid_count(config, count)[0]
     if count is None or count < 1:
         raise SweepError("method 'random' needs --count N (the number of trials, N >= 1)")
     rng = random.Random(seed)
     return [{key: sample(spec, rng) for key, spec in params.items()} for _ in range(count)]
+
+
+def grid_count(config: Mapping, count: int | None) -> tuple[list[dict], str | None]:
+    """A grid's trials for --count N, and the line that says what it took (None: all).
+
+    The first N trials in grid order would be the first arm's seeds, one arm alone. With a swept
+    `seed`, N takes whole rounds of seeds instead: seeds 1..k of every arm, k = N // arms, so
+    that the arms stay comparable (fewer than one round: the first N arms' first seed)."""
+    params = config["parameters"]
+    axes = [spec["values"] if "values" in spec else [spec["value"]] for spec in params.values()]
+    grid = [dict(zip(params, combo, strict=True)) for combo in itertools.product(*axes)]
+    if count is None or count >= len(grid):
+        return grid, None
+    if count < 1:
+        raise SweepError(f"--count {count} is not valid; expected a number of trials >= 1")
+    seeds = list(params["seed"].get("values", [])) if "seed" in params else []
+    if len(seeds) < 2:
+        return grid[:count], f"--count {count}: the first {count} of {len(grid)} trials"
+    arms = len(grid) // len(seeds)
+    rounds = count // arms
+    if rounds == 0:
+        chosen = [t for t in grid if t["seed"] == seeds[0]][:count]
+        return chosen, (
+            f"--count {count}: seed {seeds[0]} of the first {count} of {arms} arms "
+            f"({count} of {len(grid)} trials)"
+        )
+    kept = seeds[:rounds]
+    chosen = [t for t in grid if t["seed"] in kept]
+    return chosen, (
+        f"--count {count}: seed{'s' * (rounds > 1)} {', '.join(map(str, kept))} of each of the "
+        f"{arms} arms ({len(chosen)} of {len(grid)} trials; whole rounds of seeds keep the arms "
+        "comparable)"
+    )
 
 
 def swept_keys(config: Mapping) -> list[str]:

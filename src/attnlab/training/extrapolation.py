@@ -49,16 +49,23 @@ def unrepresentable(model_config, datamodule, length: int) -> str | None:
 
 
 @torch.no_grad()
-def evaluate_lengths(module, datamodule, lengths, n_examples: int) -> dict[str, dict]:
+def evaluate_lengths(
+    module, datamodule, lengths, n_examples: int, progress: bool = False
+) -> dict[str, dict]:
     """{"<length>": {metric: value, ...}} for each length, in the given order; `module` is a
     TransformerModule (its model, logits_and_targets, predict_sequences) and `datamodule` a
-    synthetic or language-model DataModule. n_examples: per length (synthetic tasks)."""
+    synthetic or language-model DataModule. n_examples: per length (synthetic tasks).
+    progress: a progress bar over the lengths on stderr (attnlab-eval; off where not a TTY)."""
+    from tqdm import tqdm
+
     was_training = module.training
     module.eval()
     names = metric_names(datamodule)
     out = {}
+    bar = tqdm(lengths, desc="lengths", unit="length", disable=None if progress else True)
     try:
-        for length in lengths:
+        for length in bar:
+            bar.set_postfix_str(f"length {length}")
             reason = unrepresentable(module.model.config, datamodule, length)
             if reason:
                 out[str(length)] = {**dict.fromkeys(names), "reason": reason}
@@ -69,6 +76,7 @@ def evaluate_lengths(module, datamodule, lengths, n_examples: int) -> dict[str, 
                 batches = datamodule.context_batches(length)
             out[str(length)] = _score(module, batches, names)
     finally:
+        bar.close()
         module.train(was_training)
     return out
 

@@ -40,6 +40,7 @@ from attnlab.training.callbacks import Preemption, RNGState, periodic_checkpoint
 from attnlab.training.environment import cluster_plugins, warn_if_bf16_is_emulated
 from attnlab.training.module import TransformerModule, module_for
 from attnlab.training.progress import progress_bar
+from attnlab.training.short_runs import validation_interval, warmup_warning
 
 PROG = "attnlab-train"
 
@@ -233,8 +234,17 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
     callbacks += periodic_checkpoints(ckpt_dir, **to_plain(cfg.checkpoint))
     preemption = Preemption(ckpt_dir)
     callbacks += [preemption, RNGState(), *progress_bar(cfg.trainer.enable_progress_bar)]
+    kwargs = to_plain(cfg.trainer)
+    interval, why = validation_interval(
+        kwargs.get("val_check_interval"), kwargs.get("max_steps"),
+        kwargs.get("accumulate_grad_batches", 1),
+    )  # fmt: skip
+    kwargs["val_check_interval"] = interval
+    for line in (why, warmup_warning(to_plain(cfg.scheduler), kwargs.get("max_steps"))):
+        if line:
+            say(line)
     trainer = L.Trainer(
-        **to_plain(cfg.trainer),
+        **kwargs,
         logger=loggers,
         callbacks=callbacks,
         # checkpoints come from a ModelCheckpoint in `callbacks` only (callbacks=none: none)
