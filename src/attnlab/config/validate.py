@@ -193,19 +193,41 @@ def _check_task(cfg: DictConfig, arch: str) -> None:
 
     module, _, name = target.rpartition(".")
     try:
-        task = getattr(getattr(importlib.import_module(module), name), "task", None)
+        cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         return  # instantiate reports an unknown _target_
-    check_task(arch, task, OmegaConf.select(cfg, "data.name", default=name))
+    option = getattr(cls, "option", "") or name
+    check_task(arch, getattr(cls, "task", None), OmegaConf.select(cfg, "data.name", default=option))
+
+
+# What to train on data of a task instead: (model option, experiment preset or None).
+_FITS = {
+    "lm": {
+        "lm_text": ("model=lm_small", None),
+        "tinyshakespeare": ("model=lm_small", "tinyshakespeare"),
+    },
+    "seq2seq": {
+        "parallel_text": ("model=small", None),
+        "multi30k": ("model=small", "multi30k_cpu"),
+    },
+}
 
 
 def check_task(arch: str, task: str | None, data_name: str) -> None:
-    """ValueError unless data of `task` ("seq2seq" or "lm") can train a model.arch=`arch`."""
+    """ValueError unless data of `task` ("seq2seq" or "lm") can train a model.arch=`arch`;
+    the message names a model (and an experiment preset) that can."""
     needed = TASK_OF_ARCH[arch]
     if isinstance(task, str) and task and task != needed:
+        model, preset = _FITS.get(task, {}).get(data_name, (None, None))
+        other = "decoder_only" if task == "lm" else "encoder_decoder"
+        article = "an" if other[0] in "ae" else "a"
+        hint = (
+            f"; for data={data_name} use {article} {other} model such as {model}" if model else ""
+        )
+        hint += f" or experiment={preset}" if preset else ""
         raise ValueError(
-            f"model.arch={arch!r} cannot train on data={data_name!r} ({task} data); "
-            f"an {arch} model needs {needed} data"
+            f"model.arch={arch!r} cannot train on data={data_name!r} ({task} data): "
+            f"{'an' if arch[0] in 'ae' else 'a'} {arch} model needs {needed} data{hint}"
         )
 
 

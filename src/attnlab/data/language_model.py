@@ -54,6 +54,7 @@ class LMTextDataModule(TokenizedDataModule):
     """
 
     task = "lm"
+    option = "lm_text"
 
     def __init__(
         self,
@@ -207,6 +208,8 @@ class TinyShakespeareDataModule(LMTextDataModule):
     unset: the default root, <cache_dir>/data/tinyshakespeare. A root the user names is read as
     it is. The other keyword arguments are LMTextDataModule's.
     """
+
+    option = "tinyshakespeare"
 
     def __init__(self, root: str | None = None, download: bool | None = None, **kwargs) -> None:
         raise_first(TinyShakespeareDataModule.own_problems(kwargs))

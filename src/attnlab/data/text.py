@@ -203,6 +203,7 @@ class TokenizedDataModule(L.LightningDataModule):
     """
 
     task: str = ""
+    option: str = ""  # its name among conf/data's options (data=<option>)
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
     def __init__(

@@ -47,6 +47,7 @@ class TranslationDataModule(TokenizedDataModule):
     """
 
     task = "seq2seq"
+    option = "parallel_text"
 
     def __init__(
         self,
@@ -231,6 +232,8 @@ class Multi30kDataModule(TranslationDataModule):
     default root, <cache_dir>/data/multi30k. A root the user names is read as it is.
     The other keyword arguments are TranslationDataModule's.
     """
+
+    option = "multi30k"
 
     def __init__(
         self,

@@ -35,7 +35,9 @@ def exact_match(pred: Tensor, target: Tensor, eos_id: int, pad_id: int) -> Tenso
     return (pred == target).all(dim=1)
 
 
-def greedy_token_accuracy(pred: Tensor, target: Tensor, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:
+def greedy_token_accuracy(
+    pred: Tensor, target: Tensor, eos_id: int, pad_id: int
+) -> tuple[Tensor, Tensor]:
     """(correct, total) over the target's tokens (B, T) up to and including EOS: the free-running
     prediction (B, L) has the same token at the same position. Unlike token_accuracy, every
     position is conditioned on the model's own earlier outputs, not on the reference's, so one
