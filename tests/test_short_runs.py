@@ -19,7 +19,14 @@ def test_an_interval_longer_than_the_run_is_scaled_to_five_points():
     assert validation_interval(0.5, 50) == (0.5, None)  # a fraction of an epoch: unchanged
     assert validation_interval(None, 50) == (None, None)
     assert validation_interval(250, 60, accumulate=5)[0] == 250  # 300 batches: long enough
-    assert validation_interval(250, 3)[0] == 1
+    assert validation_interval(250, 10) == (
+        2,
+        "trainer.val_check_interval=250 is longer than the run (trainer.max_steps=10): "
+        "validating every 2 steps instead",
+    )
+    # too short for five points: one validation, at the end (test_final_validation.py)
+    assert validation_interval(250, 9) == (250, None)
+    assert validation_interval(250, 3) == (250, None)
 
 
 def test_a_warmup_the_run_never_finishes_is_one_warning_line():

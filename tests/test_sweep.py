@@ -311,7 +311,7 @@ def test_local_sweep_records_failed_and_diverged_trials_and_goes_on(tmp_path, ca
     out = tmp_path / "out"
     code = sweep.main([str(path), "--parallel", "2", "--out", str(out), "trainer.max_steps=3"])
     console = capsys.readouterr().out
-    assert code == 1  # not every trial completed
+    assert code == 3  # the worst trial: diverged (3) over failed (1), as attnlab-train -m
 
     summary = json.loads((out / "summary.json").read_text())
     statuses = {t["params"]["model.pos_encoding"]: set() for t in summary["trials"]}
@@ -412,7 +412,7 @@ def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=30)[0]
     assert time.monotonic() - t0 < 15, output
-    assert proc.returncode == 1, output
+    assert proc.returncode == 4, output  # interrupted, as attnlab-train (README: exit codes)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True
     assert [t["status"] for t in summary["trials"]] == [
@@ -422,6 +422,8 @@ def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
         "not_started",
     ]
     assert "interrupted: stopping 2 running trial(s)" in output
+    resume = f"resume: attnlab-sweep {path} --parallel 2 --out {out}"
+    assert resume in output.splitlines(), output
 
 
 @pytest.mark.usefixtures("ctrl_c_enabled")
@@ -442,12 +444,22 @@ def test_ctrl_c_while_a_trial_starts_never_leaves_it_running(tmp_path, monkeypat
     monkeypatch.setattr("attnlab.sweeps.runner.subprocess.Popen", popen_then_ctrl_c)
     t0 = time.monotonic()
     code = sweep.main([str(path), "--parallel", "2", "--out", str(tmp_path / "out")])
-    assert code == 1
+    assert code == 4
     assert time.monotonic() - t0 < 15
     assert len(started) == 2 and all(p.poll() is not None for p in started)  # none left running
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     statuses = [t["status"] for t in summary["trials"]]
     assert statuses == ["interrupted", "interrupted", "not_started"]
+
+
+def test_the_resume_command_keeps_every_argument_but_the_old_out():
+    out = Path("/runs/heads")
+    assert sweep.resume_command(["s.yaml", "--out", "/x", "--parallel", "2"], out) == (
+        "attnlab-sweep s.yaml --parallel 2 --out /runs/heads"
+    )
+    assert sweep.resume_command(["s.yaml", "--out=/x", "seed=3"], out) == (
+        "attnlab-sweep s.yaml seed=3 --out /runs/heads"
+    )
 
 
 # --- the W&B path -------------------------------------------------------------------------------

@@ -7,8 +7,10 @@
 
 Locally, `grid` and `random` sweeps are expanded here (attnlab.sweeps.spec) and every trial runs
 the file's `command` as its own process with `hydra.run.dir=<out>/<NNN>-<name>`; a summary table is
-printed and written to <out>/summary.json and <out>/summary.md. Exit code 0 when every trial
-completed, 1 otherwise, 2 for a bad sweep file or option.
+printed and written to <out>/summary.json and <out>/summary.md. Exit codes are attnlab-train's (the
+worst trial's): 0 every trial completed, 1 a trial failed, 2 a bad sweep file or option, 3 a trial
+diverged, 4 interrupted (Ctrl-C; trials never started count as interrupted). An interrupted sweep
+prints the command that resumes it: the same one with `--out <its folder>`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from attnlab.runs.status import exit_code
 from attnlab.sweeps.runner import gpu_groups, run_trials
 from attnlab.sweeps.spec import (
     SweepError,
@@ -127,7 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = any(r.status in ("interrupted", "not_started") for r in results)
     print()
     print(write_summary(results, out, name, args.sweep, metric, interrupted=interrupted))
-    return 0 if all(r.status == "completed" for r in results) else 1
+    if interrupted:
+        print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], out)}")
+    # attnlab-train's codes (attnlab.runs.status): a trial never started counts as interrupted
+    return exit_code(["interrupted" if r.status == "not_started" else r.status for r in results])
+
+
+def resume_command(argv: list[str], out: Path) -> str:
+    """The command that continues this sweep: the same arguments with --out <its folder>
+    (completed trials are kept, interrupted ones resume from their newest checkpoint)."""
+    args = [a for i, a in enumerate(argv) if a != "--out" and (i == 0 or argv[i - 1] != "--out")]
+    args = [a for a in args if not a.startswith("--out=")]
+    return shlex.join(["attnlab-sweep", *args, "--out", str(out)])
 
 
 def _run_wandb(args: argparse.Namespace, config: dict, groups: list[str]) -> int:

@@ -87,12 +87,18 @@ def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool =
         state.loggers, state.trainer = built.loggers, built.trainer
         _log_config(cfg, built, state)
         resume_collector()  # if attnlab-train paused it: the start-up's objects frozen first
-        built.trainer.fit(
-            built.module,
-            datamodule=built.datamodule,
-            ckpt_path=str(ckpt_path) if ckpt_path else None,
-            weights_only=True,
-        )
+        try:
+            built.trainer.fit(
+                built.module,
+                datamodule=built.datamodule,
+                ckpt_path=str(ckpt_path) if ckpt_path else None,
+                weights_only=True,
+            )
+        except SystemExit:
+            # A second Ctrl-C: Lightning stops at once and calls exit(1); the run is interrupted
+            # all the same (exit 4, with its closing line), not failed.
+            if not built.trainer.interrupted:
+                raise
         status = _final_status(built)
         metrics = _scalars(built.trainer.callback_metrics)
         if status in ("completed", "debug"):
@@ -316,6 +322,11 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
         results = state.record.write(status, **results)
         finish_wandb(built.loggers, results)
         say(f"{status}: {_summary(metrics)}; results in {state.record.path}")
+        if status == "interrupted":
+            say(
+                f"stopped at step {built.trainer.global_step}; the same command resumes it from "
+                "its newest checkpoint (resume=auto)"
+            )
     return results
 
 
