@@ -27,12 +27,15 @@ def _timing(stats: dict) -> None:
 
 def test_quick_bench_writes_every_section(tmp_path):
     out = tmp_path / "bench.json"
-    env = {**os.environ, "WANDB_MODE": "disabled"}
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "WANDB_MODE": "disabled", "TMPDIR": str(tmp)}
     cmd = [sys.executable, "-m", "attnlab.bench", "--quick", "debug=tiny", "logger=none"]
     proc = subprocess.run(
         [*cmd, "--json", str(out)], capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(tmp.glob("attnlab-bench-*")), "the bench leaves its work folder behind"
     r = json.loads(out.read_text())
     assert r["machine"]["device"] == "cpu" and len(r["machine"]["load_average"]) == 3
     assert "training step, attnlab vs torch.nn.Transformer" in proc.stdout

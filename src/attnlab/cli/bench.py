@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 
@@ -122,8 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    results = {"machine": machine(ctx), "config": _config_summary(ctx)}
-    results.update(run_sections(ctx, sections, args))
+    try:
+        results = {"machine": machine(ctx), "config": _config_summary(ctx)}
+        results.update(run_sections(ctx, sections, args))
+    finally:  # the runs, tokenizers and offline W&B files the bench wrote: nothing to keep
+        shutil.rmtree(ctx.work_dir, ignore_errors=True)
     results["machine"]["load_average_end"] = list(os.getloadavg())
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -109,6 +109,9 @@ class ReplayingWandbLogger(_Replaying, WandbLogger):
 
     def __init__(self, previous_rows: list[dict], **kwargs) -> None:
         super().__init__(**kwargs)
+        # Lightning passes anonymous=None to wandb.init, which W&B (0.19+) answers on every run
+        # with "The anonymous setting has no effect"; the setting is gone from W&B, so drop it.
+        self._wandb_init.pop("anonymous", None)
         self._setup_replay(previous_rows)
         self._next_step: int | None = None
 

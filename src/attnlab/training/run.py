@@ -7,6 +7,7 @@ and results.json are described in docs/architecture.md.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from attnlab.config.validate import (
 )
 from attnlab.data.options import task_for_arch
 from attnlab.data.resumable import make_resumable
+from attnlab.runs import quiet
 from attnlab.runs.checkpoints import checkpoint_problem, find_resume_checkpoint
 from attnlab.runs.dotted import flatten
 from attnlab.runs.guard import RunState, run_guard
@@ -41,6 +43,7 @@ from attnlab.training.environment import cluster_plugins, warn_if_bf16_is_emulat
 from attnlab.training.module import TransformerModule, module_for
 from attnlab.training.progress import progress_bar
 from attnlab.training.short_runs import validation_interval, warmup_warning
+from attnlab.training.summary import ParamsSummary
 
 PROG = "attnlab-train"
 
@@ -48,10 +51,15 @@ PROG = "attnlab-train"
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
+_log = logging.getLogger("attnlab_train")  # under Hydra: into train.log only (conf/train.yaml)
+
+
 def say(message: str) -> None:
-    """One line of attnlab-train's output, from rank zero only."""
+    """One line of attnlab-train's output, from rank zero only: printed, and logged into the
+    run's train.log."""
     if rank_zero_only.rank == 0:
         print(f"{PROG}: {message}")
+        _log.info(message)
 
 
 @dataclass
@@ -241,6 +249,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
     preemption = Preemption(ckpt_dir)
     callbacks += [preemption, RNGState(), *progress_bar(cfg.trainer.enable_progress_bar)]
     kwargs = to_plain(cfg.trainer)
+    if kwargs.get("enable_model_summary", True):
+        callbacks.append(ParamsSummary())  # Lightning's, without a FLOPs column of zeros
+    quiet.install()  # Lightning's GPU/TPU census and litlogger tip (attnlab.runs.quiet)
     interval, why = validation_interval(
         kwargs.get("val_check_interval"), kwargs.get("max_steps"),
         kwargs.get("accumulate_grad_batches", 1),
@@ -294,7 +305,10 @@ def _test(built: Built) -> dict[str, float]:
         say("the data has no test split (data.test_src / test_tgt); not testing")
         return {}
     checkpoint = built.trainer.checkpoint_callback
-    best = "best" if checkpoint is not None and checkpoint.best_model_path else None
+    # The path, not "best": with the periodic ModelCheckpoints beside the selecting one, "best"
+    # makes Lightning warn that it picks the first callback's (which is the selecting one).
+    best = checkpoint.best_model_path if checkpoint is not None else None
+    best = best or None
     built.trainer.test(
         built.module, datamodule=built.datamodule, ckpt_path=best, weights_only=False
     )
