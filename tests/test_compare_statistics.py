@@ -82,6 +82,20 @@ def test_the_verdict_is_worded_by_the_tool():
     assert null.verdict() == "no difference detected; this n would miss differences under 1.94"
 
 
+def test_groups_without_spread_get_no_invented_p_and_are_left_out_of_holm():
+    """0.999 in every seed against 1.0 in every seed: no t-test exists (zero variance), so no p
+    (it used to be 0, worded 'lower (p<0.001)'); the verdict says what the seeds show."""
+    d = stats.welch([0.999] * 3, [1.0] * 3)
+    assert math.isnan(d.p) and d.mdd is None and stats.fmt_p(d.p) == ""
+    assert d.verdict() == "lower in every seed (no spread between seeds: no test)"
+    assert stats.welch([1.0] * 3, [1.0] * 3).verdict() == (
+        "no difference detected (no spread between seeds)"
+    )
+    tested = stats.welch(H1, H8)
+    flat, adjusted = stats.with_holm([d, tested])
+    assert math.isnan(flat.p_holm or math.nan) and adjusted.p_holm == pytest.approx(tested.p)
+
+
 def test_planner_asks_for_the_seeds_the_reviewer_computed():
     """h = 1 vs h = 8 spreads: about 10 seeds per arm to see the paper's 0.9 BLEU."""
     plan = stats.seeds_needed([H1, H8], 0.9)

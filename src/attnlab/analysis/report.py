@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,8 @@ def write_csv(path: Path, groups, keys, headline, tests, baseline=None, paired=F
                 if d is None:
                     row += [""] * 7
                 else:
-                    row += [d.diff, *d.ci, d.p, d.p_holm, _cell(d.mdd), d.verdict()]
+                    p, p_holm = (None, None) if math.isnan(d.p) else (d.p, d.p_holm)
+                    row += [d.diff, *d.ci, _cell(p), _cell(p_holm), _cell(d.mdd), d.verdict()]
             writer.writerow(row)
 
 

@@ -53,6 +53,11 @@ class Difference:
         """'higher (p=0.01)', 'lower (p=0.03)' on Holm's p when given, else the raw p; or 'no
         difference detected; this n would miss differences under X'."""
         p = self.p if self.p_holm is None else self.p_holm
+        if math.isnan(p):  # no spread in either group: no test, the seeds speak for themselves
+            if self.diff == 0:
+                return "no difference detected (no spread between seeds)"
+            side = "higher" if self.diff > 0 else "lower"
+            return f"{side} in every seed (no spread between seeds: no test)"
         if p < ALPHA:
             shown = fmt_p(p)
             shown = shown if shown.startswith("<") else f"={shown}"
@@ -62,8 +67,10 @@ class Difference:
         return f"no difference detected; this n would miss differences under {self.mdd:.3g}"
 
 
-def fmt_p(p: float) -> str:
-    """p with two significant digits, '<0.001' below that."""
+def fmt_p(p: float | None) -> str:
+    """p with two significant digits, '<0.001' below that; '' where there is no test."""
+    if p is None or math.isnan(p):
+        return ""
     return "<0.001" if p < 0.001 else f"{p:.2g}"
 
 
@@ -122,9 +129,8 @@ def welch(arm: Sequence[float], base: Sequence[float], confidence: float = 0.95)
     va, vb = statistics.variance(a), statistics.variance(b)
     se2 = va / len(a) + vb / len(b)
     diff = math.fsum(a) / len(a) - math.fsum(b) / len(b)
-    if se2 == 0:  # two constant groups: no spread to test against
-        p = 1.0 if diff == 0 else 0.0
-        return Difference(diff, (diff, diff), p, None, "welch")
+    if se2 == 0:  # two constant groups: no spread to test against, so no p (NaN)
+        return Difference(diff, (diff, diff), math.nan, None, "welch")
     se = math.sqrt(se2)
     df = se2**2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
     p = float(2 * stats.t.sf(abs(diff) / se, df))  # = scipy's ttest_ind(equal_var=False)
@@ -147,9 +153,8 @@ def paired(arm: dict, base: dict, confidence: float = 0.95) -> Difference:
         raise ValueError("a paired test needs at least 2 seeds")
     diff = math.fsum(d) / len(d)
     sd = math.sqrt(statistics.variance(d))
-    if sd == 0:  # every seed moved by the same amount: no spread to test against
-        p = 1.0 if diff == 0 else 0.0
-        return Difference(diff, (diff, diff), p, None, "paired")
+    if sd == 0:  # every seed moved by the same amount: no spread to test against, no p (NaN)
+        return Difference(diff, (diff, diff), math.nan, None, "paired")
     se, df = sd / math.sqrt(len(d)), len(d) - 1
     p = float(2 * stats.t.sf(abs(diff) / se, df))  # = scipy's ttest_rel
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
@@ -170,12 +175,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 def with_holm(differences: Sequence[Difference | None]) -> list[Difference | None]:
     """The same differences with p_holm filled in across all of them (None entries kept)."""
-    present = [d for d in differences if d is not None]
-    adjusted = iter(holm([d.p for d in present]))
+    tested = [d for d in differences if d is not None and not math.isnan(d.p)]
+    adjusted = iter(holm([d.p for d in tested]))
     out = []
     for d in differences:
-        if d is None:
-            out.append(None)
+        if d is None or math.isnan(d.p):  # untested (no spread): not counted in Holm's m
+            out.append(d)
             continue
         out.append(Difference(d.diff, d.ci, d.p, d.mdd, d.test, next(adjusted)))
     return out

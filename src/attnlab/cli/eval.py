@@ -199,7 +199,7 @@ def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started
         "n_sentences": len(scores["hyps"]),
         "source": str(Path(src_path).resolve()),
         "reference": str(Path(ref_path).resolve()),
-        "checkpoints": [str(Path(p).resolve()) for p in cfg.ckpt],
+        "checkpoints": [str(Path(p).absolute()) for p in cfg.ckpt],  # links as named
         "averaged": len(cfg.ckpt) > 1,
         "decode": OmegaConf.to_container(OmegaConf.structured(cfg.decode)),
         "hypotheses": str(hyp_path),

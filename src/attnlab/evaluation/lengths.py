@@ -51,7 +51,7 @@ def evaluate_checkpoint_lengths(model, hparams: dict, run_dir: Path, cfg, starte
         "metrics": list(metric_names(datamodule)),
         "lengths": lengths,
         "n_examples": cfg.eval.n_examples if hasattr(datamodule, "length_batches") else None,
-        "checkpoints": [str(Path(p).resolve()) for p in cfg.ckpt],
+        "checkpoints": [str(Path(p).absolute()) for p in cfg.ckpt],  # links as named
         "averaged": len(cfg.ckpt) > 1,
         "json": str(out.with_name(out.name + ".json")),
         "wall_time_s": round(time.perf_counter() - started, 2),

@@ -8,6 +8,8 @@ or corrupted later (a full disk, a copy cut short). Every candidate is therefore
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +31,7 @@ def candidates(run_dir: Path) -> list[Path]:
     """A run's checkpoints, newest first: <run_dir>/checkpoints/*.ckpt and the hpc_ckpt_*.ckpt
     that Lightning writes into the run directory when SLURM preempts a job."""
     found = [*run_dir.glob("checkpoints/*.ckpt"), *run_dir.glob("hpc_ckpt_*.ckpt")]
+    found = [p for p in found if p.exists()]  # a link whose file is gone is no candidate
     return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
@@ -40,3 +43,57 @@ def find_resume_checkpoint(run_dir: Path, say: Callable[[str], None] = print) ->
             return path
         say(f"checkpoint {path} is unusable ({problem}); falling back to the previous one")
     return None
+
+
+# --- one file per step ---------------------------------------------------------------------------
+
+_STEP = re.compile(r"(?:^|-)step=(\d+)\.ckpt$")
+# Of several files of one step, the one kept as a file (the others become links to it).
+_PREFERRED = ("best-step=", "step=", "timed-step=")
+
+
+def step_of(path: Path) -> int | None:
+    """The optimizer step in a checkpoint's name (best-step=N, step=N, timed-step=N), else None."""
+    match = _STEP.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+def has_step(ckpt_dir: Path, step: int) -> bool:
+    """Whether a checkpoint file of `step` exists in `ckpt_dir`."""
+    return any(step_of(p) == step for p in ckpt_dir.glob("*.ckpt") if p.exists())
+
+
+def link_same_steps(ckpt_dir: Path) -> Path | None:
+    """At the end of a run, one file per step: checkpoints of the same step (the best, the
+    periodic and the timed one of the final step, typically) become relative symbolic links to
+    one of them, and last.ckpt a link to the newest step's file (replacing an interrupted
+    attempt's last.ckpt). A file system without links keeps the copies. Returns the newest."""
+    by_step: dict[int, list[Path]] = {}
+    for path in ckpt_dir.glob("*.ckpt"):
+        if not path.is_symlink() and (step := step_of(path)) is not None:
+            by_step.setdefault(step, []).append(path)
+    if not by_step:
+        return None
+    for paths in by_step.values():
+        paths.sort(key=_preference)
+        for duplicate in paths[1:]:
+            _link(duplicate, paths[0])
+    newest = by_step[max(by_step)][0]
+    _link(ckpt_dir / "last.ckpt", newest)
+    return newest
+
+
+def _preference(path: Path) -> tuple[int, str]:
+    ranks = [i for i, prefix in enumerate(_PREFERRED) if path.name.startswith(prefix)]
+    return (ranks[0] if ranks else len(_PREFERRED), path.name)
+
+
+def _link(path: Path, target: Path) -> None:
+    """Replace `path` by a relative link to `target` (same folder), atomically."""
+    tmp = path.with_name(f".{path.name}.link")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(target.name, tmp)
+        os.replace(tmp, path)
+    except OSError:  # no symbolic links here: keep the copy
+        tmp.unlink(missing_ok=True)

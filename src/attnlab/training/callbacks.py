@@ -15,9 +15,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 class Preemption(L.Callback):
-    """On SIGTERM or SIGINT, finish the current optimizer step, write `<dirpath>/last.ckpt`
-    and stop: the run ends "interrupted" and `resume=auto` continues it. A second SIGINT
-    interrupts at once. Under DDP the ranks agree on stopping at the same step."""
+    """On SIGTERM or SIGINT, finish the current optimizer step, write `<dirpath>/last.ckpt`,
+    let the step log and validate as it would have, and stop: the run ends "interrupted" and
+    `resume=auto` continues it. A second SIGINT interrupts at once. Under DDP the ranks agree
+    on stopping at the same step."""
 
     def __init__(self, dirpath: str | Path):
         self.dirpath = Path(dirpath)
@@ -45,7 +46,11 @@ class Preemption(L.Callback):
         if stop and self.saved is None:
             self.saved = self.dirpath / "last.ckpt"
             trainer.save_checkpoint(self.saved)
-            trainer.should_stop = True
+            # End the run after this step as if it were the last one, not by `should_stop`:
+            # Lightning logs a row and validates at a `should_stop` whatever the step, which an
+            # uninterrupted run does not; so this step logs and validates exactly as it would
+            # have, and the resumed run's rows continue from there (tests/test_resume_rows.py).
+            trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
 
     def teardown(self, trainer, pl_module, stage) -> None:
         for signum, handler in self._previous.items():
@@ -55,6 +60,25 @@ class Preemption(L.Callback):
     @property
     def interrupted(self) -> bool:
         return self.saved is not None
+
+
+class LoggingStep(L.Callback):
+    """Resumed runs log each row at the step an uninterrupted run gives it.
+
+    Lightning's step axis for loggers (`_batches_that_stepped`) equals `trainer.global_step`
+    before every batch (one optimizer). Restoring it, Lightning 2.6 guesses from the progress
+    counters whether the checkpoint was written before the counter's increment; a checkpoint
+    written at the end of a mid-run validation (the best one) looks like one written at the end
+    of training and comes back one step low, so every later row was logged one step too early.
+    At the first batch of an attempt the axis is set from the restored global step."""
+
+    def __init__(self):
+        self._aligned = False
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if not self._aligned:
+            self._aligned = True
+            trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
 
 
 class RNGState(L.Callback):
@@ -95,6 +119,30 @@ def _plain_python_state(state: tuple) -> list:
     return [version, list(internal), gauss]
 
 
+class StepCheckpoint(ModelCheckpoint):
+    """A periodic ModelCheckpoint whose file, at a step that is then validated, is written after
+    the validation rather than before it. Lightning does not validate a step again when it
+    resumes from a checkpoint written before that step's validation, so a run killed during the
+    validation lost its row; now it resumes from the previous file and validates the step again."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._after_validation = False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher):  # Lightning's own test
+            self._after_validation = True
+            return
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self._after_validation and not trainer.sanity_checking:
+            self._after_validation = False
+            super().on_train_batch_end(trainer, pl_module, None, None, 0)
+
+
 def periodic_checkpoints(
     dirpath: Path, every_n_steps: int | None, every_minutes: float | None, keep_last: int
 ) -> list[ModelCheckpoint]:
@@ -110,11 +158,11 @@ def periodic_checkpoints(
     callbacks = []
     if every_n_steps:
         callbacks.append(
-            ModelCheckpoint(filename="step={step}", every_n_train_steps=every_n_steps, **common)
+            StepCheckpoint(filename="step={step}", every_n_train_steps=every_n_steps, **common)
         )
     if every_minutes:
         callbacks.append(
-            ModelCheckpoint(
+            StepCheckpoint(
                 filename="timed-step={step}",
                 train_time_interval=timedelta(minutes=every_minutes),
                 **common,

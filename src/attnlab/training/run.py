@@ -30,7 +30,12 @@ from attnlab.config.validate import (
 from attnlab.data.options import task_for_arch
 from attnlab.data.resumable import make_resumable
 from attnlab.runs import quiet
-from attnlab.runs.checkpoints import checkpoint_problem, find_resume_checkpoint
+from attnlab.runs.checkpoints import (
+    checkpoint_problem,
+    find_resume_checkpoint,
+    has_step,
+    link_same_steps,
+)
 from attnlab.runs.dotted import flatten
 from attnlab.runs.guard import RunState, run_guard
 from attnlab.runs.identity import RunConfigChanged, config_drift
@@ -38,7 +43,7 @@ from attnlab.runs.loggers import build_loggers
 from attnlab.runs.record import RunRecord, ablation_config, run_name
 from attnlab.runs.startup import resume_collector
 from attnlab.runs.wandb import finish_wandb, wandb_id
-from attnlab.training.callbacks import Preemption, RNGState, periodic_checkpoints
+from attnlab.training.callbacks import LoggingStep, Preemption, RNGState, periodic_checkpoints
 from attnlab.training.environment import cluster_plugins, warn_if_bf16_is_emulated
 from attnlab.training.module import TransformerModule, module_for
 from attnlab.training.progress import progress_bar
@@ -109,6 +114,8 @@ def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool =
                 raise
         status = _final_status(built)
         metrics = _scalars(built.trainer.callback_metrics)
+        if status == "completed":
+            _one_file_per_step(built.trainer, run_dir / "checkpoints")
         if status in ("completed", "debug"):
             metrics.update(_test(built))
         return _finish(state, built, status, metrics)
@@ -247,7 +254,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
     ckpt_dir = run_dir / "checkpoints"
     callbacks += periodic_checkpoints(ckpt_dir, **to_plain(cfg.checkpoint))
     preemption = Preemption(ckpt_dir)
-    callbacks += [preemption, RNGState(), *progress_bar(cfg.trainer.enable_progress_bar)]
+    callbacks += [preemption, RNGState(), LoggingStep()]
+    callbacks += progress_bar(cfg.trainer.enable_progress_bar)
     kwargs = to_plain(cfg.trainer)
     if kwargs.get("enable_model_summary", True):
         callbacks.append(ParamsSummary())  # Lightning's, without a FLOPs column of zeros
@@ -297,6 +305,17 @@ def _final_status(built: Built) -> str:
     if built.module.diverged:
         return "diverged"
     return "debug" if built.trainer.fast_dev_run else "completed"
+
+
+def _one_file_per_step(trainer: L.Trainer, ckpt_dir: Path) -> None:
+    """The final state in a file of its own if no checkpoint holds it; then same-step copies
+    become links and last.ckpt a link to the final step's file (runs/checkpoints.py)."""
+    if not trainer.checkpoint_callbacks or not ckpt_dir.is_dir():
+        return
+    if not has_step(ckpt_dir, trainer.global_step):
+        trainer.save_checkpoint(ckpt_dir / f"step={trainer.global_step}.ckpt")
+    if trainer.is_global_zero:
+        link_same_steps(ckpt_dir)
 
 
 def _test(built: Built) -> dict[str, float]:
