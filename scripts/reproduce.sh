@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerate docs/REPRODUCTION.md's experiments: the five sweeps, the attnlab-eval variants, the
-# comparisons and the attention maps. About two hours on a 2-core CPU (two trials side by side,
-# one torch thread each). Outputs: outputs/repro/ (runs) and docs/img/reproduction/ (tables, plots).
+# Regenerate docs/REPRODUCTION.md's experiments: the six sweeps, the attnlab-eval variants, the
+# comparisons and the attention maps. About three hours on a 2-core CPU (two trials side by side,
+# one torch thread each). Outputs: outputs/repro/ (runs), docs/img/reproduction/ (tables, plots)
+# and docs/results/<section>.csv (one row per run: the swept keys, the seed, every metric), from
+# which tests/test_reproduction_tables.py regenerates every table of the report.
 #
 #   scripts/reproduce.sh [DATA_DIR]        # DATA_DIR holds multi30k/ and tinyshakespeare/
 #   STAGES="heads norm_warmup" scripts/reproduce.sh   # only some stages
@@ -10,13 +12,15 @@ cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data}
 OUT=outputs/repro
 IMG=docs/img/reproduction
-STAGES=${STAGES:-"extrapolation extrapolation_lm norm_warmup heads label_smoothing attention"}
+STAGES=${STAGES:-"extrapolation extrapolation_lm norm_warmup heads label_smoothing classic_bugs attention"}
 export OMP_NUM_THREADS=1
 SWEEP=(--parallel 2)
 COMMON=(logger=none torch_threads=1)
 
 stage() { echo; echo "=== $1 ($(date +%H:%M:%S))"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
+# keep a comparison's per-run table (runs.csv) as the section's CSV under docs/results/
+keep() { mkdir -p docs/results; cp "$IMG/$1/runs.csv" "docs/results/$1.csv"; }
 
 if want extrapolation; then
   stage "1a/1b copy extrapolation, encoder-decoder and decoder-only"
@@ -25,6 +29,7 @@ if want extrapolation; then
     --columns test/exact_match --columns test/token_acc --out $IMG/extrapolation_encoder_decoder
   attnlab-compare $OUT/extrapolation/*-model_lm_small-* --metric test/exact_match \
     --columns test/exact_match --columns test/token_acc --out $IMG/extrapolation_decoder_only
+  keep extrapolation_encoder_decoder; keep extrapolation_decoder_only
 fi
 
 if want extrapolation_lm; then
@@ -33,6 +38,7 @@ if want extrapolation_lm; then
     "${COMMON[@]}" data.root=$DATA/tinyshakespeare || true
   attnlab-compare $OUT/extrapolation_lm --metric test/perplexity --columns test/perplexity \
     --out $IMG/extrapolation_lm
+  keep extrapolation_lm
 fi
 
 if want norm_warmup; then
@@ -40,29 +46,56 @@ if want norm_warmup; then
   attnlab-sweep sweeps/norm_warmup.yaml "${SWEEP[@]}" --out $OUT/norm_warmup "${COMMON[@]}" || true
   attnlab-compare $OUT/norm_warmup --columns test/exact_match --columns test/nll \
     --out $IMG/norm_warmup
+  keep norm_warmup
 fi
 
 if want heads; then
   stage "3 heads at constant compute, Multi30k"
   attnlab-sweep sweeps/heads.yaml "${SWEEP[@]}" --out $OUT/heads "${COMMON[@]}" \
     data.root=$DATA/multi30k || true
-  attnlab-compare $OUT/heads --metric test/bleu --columns test/chrf --columns test/nll \
-    --out $IMG/heads
+  attnlab-compare $OUT/heads --metric test/bleu --baseline model.n_heads=8 \
+    --columns test/bleu --columns test/chrf --columns test/nll --out $IMG/heads
+  keep heads
 fi
 
 if want label_smoothing; then
   stage "4 label smoothing, beam / greedy, length penalty, averaging"
   attnlab-sweep sweeps/label_smoothing.yaml "${SWEEP[@]}" --out $OUT/label_smoothing \
     "${COMMON[@]}" data.root=$DATA/multi30k || true
+  # On the checkpoint selected on val/nll: greedy, beam 4 with length penalty alpha 0, 0.6 (as
+  # the run's own test/bleu) and 1.0; then the last
+  # checkpoint and the average of the last 5 periodic ones (steps 1700-1800, every 25 steps),
+  # both with beam 4 and alpha 0.6.
   ls -d $OUT/label_smoothing/*/ | xargs -P 2 -I{} sh -c '
     best=$(ls {}checkpoints/best-step=*.ckpt | head -n 1)
     attnlab-eval ckpt=$best decode.beam_size=1 out={}eval/greedy &&
     attnlab-eval ckpt=$best decode.length_penalty=0.0 out={}eval/beam4_lp0.0 &&
+    attnlab-eval ckpt=$best decode.length_penalty=0.6 out={}eval/beam4_lp0.6 &&
     attnlab-eval ckpt=$best decode.length_penalty=1.0 out={}eval/beam4_lp1.0 &&
     attnlab-eval ckpt={}checkpoints/last.ckpt out={}eval/last &&
     attnlab-eval ckpt={}checkpoints last=5 out={}eval/avg5' > $OUT/label_smoothing_eval.log 2>&1
-  attnlab-compare $OUT/label_smoothing --metric test/bleu --columns 'eval/*/bleu' \
-    --columns test/chrf --columns test/nll --out $IMG/label_smoothing
+  attnlab-compare $OUT/label_smoothing --metric test/bleu --baseline loss.label_smoothing=0.1 \
+    --columns test/bleu --columns 'eval/*/bleu' --columns 'eval/*/nll' --columns test/chrf \
+    --columns test/nll --out $IMG/label_smoothing
+  keep label_smoothing
+  python scripts/decoding_csv.py $OUT/label_smoothing docs/results/decoding.csv
+fi
+
+if want classic_bugs; then
+  stage "6 classic bugs: no 1/sqrt(d_k), unmasked source padding"
+  attnlab-sweep sweeps/classic_bugs.yaml "${SWEEP[@]}" --out $OUT/classic_bugs "${COMMON[@]}" || true
+  attnlab-compare $OUT/classic_bugs --metric test/exact_match \
+    --baseline model.attn_scale=sqrt_dk --baseline model.mask_source_padding=true \
+    --columns test/exact_match --columns test/nll --out $IMG/classic_bugs
+  keep classic_bugs
+  # A padded batch: the reverse model with the source-padding mask and without it (classic_bugs,
+  # seed 1), on one input followed by 6 pads; each prints the weight every module puts on pads.
+  for mask in True False; do
+    RUN=$(ls -d $OUT/classic_bugs/*attn_scale_sqrt_dk-mask_source_padding_${mask}-seed_1 | head -n 1)
+    mkdir -p $IMG/attention_pad_mask_${mask}
+    attnlab-attention "$(ls $RUN/checkpoints/best-step=*.ckpt | head -n 1)" "5 9 2 7 11 3" --pad 6 \
+      --out $IMG/attention_pad_mask_${mask} | tee $IMG/attention_pad_mask_${mask}/pads.txt
+  done
 fi
 
 if want attention; then

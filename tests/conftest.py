@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,19 @@ def _isolated_wandb_environment():
     for name in [n for n in os.environ if n.startswith("WANDB_")]:
         del os.environ[name]
     os.environ.update(before)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_in_pytests_folder(tmp_path_factory):
+    """The suite's temporary files, its subprocesses' included (W&B's media and artifact
+    folders, which W&B leaves behind), go under pytest's own folder, which pytest prunes:
+    nothing is left in the system's temporary folder."""
+    tmp = tmp_path_factory.mktemp("tmp")
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(tmp), str(tmp)
+    yield
+    if before[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before[0]
+    tempfile.tempdir = before[1]
