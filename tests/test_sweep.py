@@ -373,6 +373,70 @@ def test_gpu_pinning_never_shares_a_device_between_running_trials(tmp_path):
     assert [t["gpus"] for t in summary["trials"]] == [r["cuda_visible_devices"] for r in records]
 
 
+def test_trials_per_gpu_packs_k_trials_on_each_gpu_with_a_memory_share(tmp_path, monkeypatch):
+    """--trials-per-gpu 2 on GPUs 0,1: 4 trials at once, never more than 2 on one GPU, each told
+    its half of the memory; the sweep says how they share the GPU (MPS or time-slicing)."""
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-mps"))
+    path = fake_sweep(tmp_path, {"x": {"values": list(range(8))}}, ["fake.sleep=0.6"], name="pack")
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--gpus", "0,1", "--trials-per-gpu", "2", "--out", str(out)]) == 0
+    records = [json.loads(p.read_text())["fake"] for p in sorted(out.glob("*/results.json"))]
+    assert len(records) == 8 and {r["memory_share"] for r in records} == {"0.5"}
+    assert {r["cuda_visible_devices"] for r in records} == {"0", "1"}
+    most = 0
+    for r in records:  # at each trial's start: how many ran on its GPU, and in all
+        at = [o for o in records if o["start"] <= r["start"] < o["end"]]
+        same = [o for o in at if o["cuda_visible_devices"] == r["cuda_visible_devices"]]
+        assert len(same) <= 2
+        most = max(most, len(at))
+    assert most >= 3  # packed: more trials at once than GPUs (4 slots)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["gpu_sharing"].startswith("2 trials per GPU, each limited to 50% of its memory")
+    assert "CUDA MPS is not running" in summary["gpu_sharing"]
+    assert summary["gpu_sharing"] in (out / "summary.md").read_text()
+
+
+def test_gpu_slots_spread_over_the_gpus_first_and_bad_counts_exit_2(tmp_path, capsys):
+    from attnlab.sweeps.runner import gpu_slots, sharing_line
+
+    assert gpu_slots(["0", "1"], 2) == ["0", "1", "0", "1"]
+    assert gpu_slots(["0,1"], 3) == ["0,1"] * 3 and gpu_slots([], 1) == []
+    (tmp_path / "mps").mkdir()
+    (tmp_path / "mps" / "control").touch()
+    os.environ["CUDA_MPS_PIPE_DIRECTORY"] = str(tmp_path / "mps")
+    try:
+        assert "CUDA MPS is running" in sharing_line(4) and "25%" in sharing_line(4)
+    finally:
+        del os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+    path = str(SWEEPS / "heads.yaml")
+    assert sweep.main([path, "--dry-run", "--trials-per-gpu", "2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "attnlab-sweep: error: --trials-per-gpu needs --gpus (the device ids to share out)"
+    )
+    assert sweep.main([path, "--dry-run", "--gpus", "0", "--trials-per-gpu", "0"]) == 2
+    assert "--trials-per-gpu=0 must be >= 1" in capsys.readouterr().err
+    assert sweep.main([path, "--dry-run", "--gpus", "0,1", "--trials-per-gpu", "4"]) == 0
+    assert "8 at a time" in capsys.readouterr().out
+
+
+def test_a_trial_applies_its_memory_share_to_every_visible_gpu(monkeypatch):
+    import torch
+
+    from attnlab.training import environment
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(
+        torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d))
+    )
+    share = environment.apply_gpu_memory_share({"ATTNLAB_GPU_MEMORY_FRACTION": "0.25"})
+    assert share == 0.25 and calls == [(0.25, 0), (0.25, 1)]
+    assert environment.apply_gpu_memory_share({}) is None and len(calls) == 2
+    with pytest.raises(ValueError, match="ATTNLAB_GPU_MEMORY_FRACTION=2 must be in"):
+        environment.apply_gpu_memory_share({"ATTNLAB_GPU_MEMORY_FRACTION": "2"})
+
+
 @pytest.fixture
 def ctrl_c_enabled():
     """Ctrl-C handled as in an interactive shell, whatever this process inherited: a shell that
@@ -516,6 +580,10 @@ def test_wandb_path_creates_the_sweep_and_one_agent_per_gpu_group(tmp_path, monk
     assert [c.env["CUDA_VISIBLE_DEVICES"] for c in FakePopen.calls] == ["0,1", "2,3"]
     assert (tmp_path / "agent-0.log").exists() and (tmp_path / "agent-1.log").exists()
 
+    FakePopen.calls, FakePopen.exit_codes = [], [0, 0, 0, 0]  # 2 agents per GPU group
+    assert sweep.main([*argv, "--trials-per-gpu", "2"]) == 0
+    assert [c.env["CUDA_VISIBLE_DEVICES"] for c in FakePopen.calls] == ["0,1", "2,3"] * 2
+    assert {c.env["ATTNLAB_GPU_MEMORY_FRACTION"] for c in FakePopen.calls} == {"0.5"}
     FakePopen.calls, FakePopen.exit_codes = [], [0, 1]  # a failing agent: exit code 1
     assert sweep.main(argv) == 1
     FakePopen.calls, FakePopen.exit_codes = [], [0, 0, 0]  # no GPUs: --parallel agents

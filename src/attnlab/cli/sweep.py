@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from attnlab.runs.status import exit_code
-from attnlab.sweeps.runner import gpu_groups, run_trials
+from attnlab.sweeps.runner import gpu_groups, gpu_slots, run_trials, sharing_line
 from attnlab.sweeps.spec import (
     SweepError,
     Trial,
@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus-per-trial", type=int, default=1, help="devices per trial (must divide --gpus)"
     )
     p.add_argument(
+        "--trials-per-gpu",
+        type=int,
+        default=1,
+        help="trials run at once on each GPU group of --gpus, each with its own process, seed "
+        "and 1/K of the memory (default 1)",
+    )
+    p.add_argument(
         "--count",
         type=int,
         help="number of trials: required for random, caps grid; with --wandb, runs per agent",
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_sweep(args.sweep)
         config.setdefault("name", sweep_name(config, args.sweep))
-        groups = gpu_groups(args.gpus, args.gpus_per_trial)
+        groups = gpu_slots(gpu_groups(args.gpus, args.gpus_per_trial), args.trials_per_gpu)
         if args.parallel is not None and args.parallel < 1:
             raise SweepError(f"--parallel={args.parallel} must be >= 1")
         if args.wandb:
@@ -105,13 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     metric = (config.get("metric") or {}).get("name", "val/loss")
     parallel = args.parallel or (len(groups) if groups else 1)
     if groups and parallel > len(groups):
-        print(f"--parallel {parallel} capped at {len(groups)}: one trial per GPU group {groups}")
+        print(f"--parallel {parallel} capped at {len(groups)}: one trial per GPU slot {groups}")
         parallel = len(groups)
+    share = 1 / args.trials_per_gpu if args.trials_per_gpu > 1 else None
 
     print(
         f"sweep {name} ({args.sweep}): {config['method']}, {len(trials)} trials, "
-        f"{parallel} at a time" + (f", GPU groups {groups}" if groups else "") + f", out {out}"
+        f"{parallel} at a time" + (f", GPU slots {groups}" if groups else "") + f", out {out}"
     )
+    if share is not None:
+        print(sharing_line(args.trials_per_gpu))
     if note:
         print(note)
     if args.dry_run:
@@ -124,12 +134,15 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        results = run_trials(trials, parallel=parallel, groups=groups, metric_name=metric)
+        results = run_trials(
+            trials, parallel=parallel, groups=groups, metric_name=metric, memory_share=share
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
     interrupted = any(r.status in ("interrupted", "not_started") for r in results)
     print()
-    print(write_summary(results, out, name, args.sweep, metric, interrupted=interrupted))
+    sharing = sharing_line(args.trials_per_gpu) if share is not None else None
+    print(write_summary(results, out, name, args.sweep, metric, interrupted, sharing))
     if interrupted:
         print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], out)}")
     # attnlab-train's codes (attnlab.runs.status): a trial never started counts as interrupted
@@ -158,11 +171,14 @@ def _run_wandb(args: argparse.Namespace, config: dict, groups: list[str]) -> int
             env = f"CUDA_VISIBLE_DEVICES={gpus} " if gpus is not None else ""
             print(f"agent {i}: {env}{shlex.join(argv)}")
         return 0
+    if args.trials_per_gpu > 1:
+        print(sharing_line(args.trials_per_gpu))
     return run_agents(
         config,
         groups,
         n_agents,
         out,
+        memory_share=1 / args.trials_per_gpu if args.trials_per_gpu > 1 else None,
         count=args.count,
         project=args.project,
         entity=args.entity,

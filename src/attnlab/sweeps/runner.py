@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
 from attnlab.runs.status import EXIT_BAD_CONFIG, FINAL_STATUSES, status_from_exit_code
 from attnlab.sweeps.spec import Trial
 
@@ -67,15 +68,48 @@ def gpu_groups(gpus: str | None, gpus_per_trial: int) -> list[str]:
     return [",".join(ids[i : i + gpus_per_trial]) for i in range(0, len(ids), gpus_per_trial)]
 
 
-def trial_env(gpus: str | None) -> dict[str, str]:
+def gpu_slots(groups: Sequence[str], trials_per_gpu: int) -> list[str]:
+    """Each GPU group `trials_per_gpu` times, groups interleaved so that trials spread over the
+    GPUs before they share one: ['0', '1'] x 2 -> ['0', '1', '0', '1']."""
+    if trials_per_gpu < 1:
+        raise ValueError(f"--trials-per-gpu={trials_per_gpu} must be >= 1")
+    if trials_per_gpu > 1 and not groups:
+        raise ValueError("--trials-per-gpu needs --gpus (the device ids to share out)")
+    return [g for _ in range(trials_per_gpu) for g in groups]
+
+
+def mps_running() -> bool:
+    """Is a CUDA MPS control daemon serving this user? Its pipe directory (the
+    CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps) holds a `control` pipe while it runs; with
+    it, the kernels of the trials sharing a GPU run concurrently instead of time-sliced."""
+    pipes = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"))
+    return (pipes / "control").exists()
+
+
+def sharing_line(trials_per_gpu: int) -> str:
+    """How several trials share each GPU, said once at the start of a packed sweep."""
+    mps = (
+        "CUDA MPS is running: their kernels run concurrently"
+        if mps_running()
+        else "CUDA MPS is not running: they time-slice the GPU "
+        "(start it with `nvidia-cuda-mps-control -d` for concurrent kernels)"
+    )
+    share = 1 / trials_per_gpu
+    return f"{trials_per_gpu} trials per GPU, each limited to {share:.0%} of its memory; {mps}"
+
+
+def trial_env(gpus: str | None, memory_share: float | None = None) -> dict[str, str]:
     """The runner's environment, with this interpreter's bin/ first on PATH (so `attnlab-train`
-    is the one installed beside attnlab-sweep) and CUDA_VISIBLE_DEVICES set to the trial's GPUs."""
+    is the one installed beside attnlab-sweep), CUDA_VISIBLE_DEVICES set to the trial's GPUs
+    and, when trials share a GPU, the fraction of its memory each may take."""
     env = dict(os.environ)
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
+    if memory_share is not None:
+        env[MEMORY_SHARE_ENV] = f"{memory_share:.6g}"
     return env
 
 
@@ -127,11 +161,14 @@ def run_trials(
     groups: Sequence[str] = (),
     metric_name: str = "val/loss",
     log: Callable[[str], None] = print,
+    memory_share: float | None = None,
 ) -> list[TrialResult]:
     """Run every trial (each needs a run_dir), `parallel` at a time; each running trial holds one
-    GPU group from `groups`. A failed trial does not stop the others. Ctrl-C (KeyboardInterrupt)
-    interrupts the running trials and returns with the rest marked not_started."""
+    GPU group from `groups` (a group listed K times, gpu_slots, runs K trials at once, each
+    limited to `memory_share` of its memory). A failed trial does not stop the others. Ctrl-C
+    (KeyboardInterrupt) interrupts the running trials and returns with the rest not_started."""
     pool = _TrialPool(trials, parallel, groups, metric_name, log)
+    pool.memory_share = memory_share
     try:
         pool.run()
     except KeyboardInterrupt:
@@ -150,6 +187,7 @@ class _TrialPool:
         self.slots = min(parallel, len(groups)) if groups else parallel
         self.running: dict[subprocess.Popen, tuple[TrialResult, float, object]] = {}
         self.metric_name, self.log = metric_name, log
+        self.memory_share: float | None = None
 
     def run(self) -> None:
         while self.pending or self.running:
@@ -187,7 +225,7 @@ class _TrialPool:
                     stdout=logfile,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=trial_env(result.gpus),
+                    env=trial_env(result.gpus, self.memory_share),
                     start_new_session=True,
                 )
                 self.running[proc] = (result, time.monotonic(), logfile)

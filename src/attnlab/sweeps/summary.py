@@ -38,9 +38,13 @@ def write_summary(
     source: str,
     metric_name: str,
     interrupted: bool = False,
+    sharing: str | None = None,
 ) -> str:
-    """Write summary.json and summary.md under out_dir; return the console text."""
+    """Write summary.json and summary.md under out_dir; return the console text. `sharing`:
+    how trials shared each GPU (attnlab-sweep --trials-per-gpu), said in all three."""
     record = summary_record(results, out_dir, sweep, source, metric_name, interrupted)
+    if sharing:
+        record["gpu_sharing"] = sharing
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     title = f"Sweep {sweep} ({source}): {len(results)} trials, "
@@ -48,11 +52,11 @@ def write_summary(
     table = rows(results, out_dir, metric_name)
     failures = [r for r in results if r.status not in ("completed", "not_started")]
     notes = [f"- {r.trial.label}: {r.status}: {r.error}" for r in failures if r.error]
-    md = [f"# {title}", "", markdown_table(table)]
+    md = [f"# {title}", "", *([sharing, ""] if sharing else []), markdown_table(table)]
     if notes:
         md += ["", "## Not completed", "", *notes]
     (out_dir / "summary.md").write_text("\n".join(md) + "\n")
-    console = [title, "", text_table(table)]
+    console = [title, *([sharing] if sharing else []), "", text_table(table)]
     if notes:
         console += ["", *notes]
     console += ["", f"summary: {out_dir / 'summary.md'} and summary.json"]

@@ -59,12 +59,14 @@ def run_agents(
     project: str | None = None,
     entity: str | None = None,
     extra_overrides: Sequence[str] = (),
+    memory_share: float | None = None,
 ) -> int:
     """Create the sweep on the server and run the agents until they exit; 0 if all exit 0.
 
-    With GPU groups there is one agent per group (n_agents is ignored); without, n_agents agents
-    share the visible devices. Each agent's output goes to <out_dir>/agent-<i>.log and each run
-    to <out_dir>/<W&B run id>.
+    With GPU groups there is one agent per group (n_agents is ignored; a group listed K times by
+    gpu_slots gets K agents, each run limited to `memory_share` of the GPU's memory); without,
+    n_agents agents share the visible devices. Each agent's output goes to
+    <out_dir>/agent-<i>.log and each run to <out_dir>/<W&B run id>.
     """
     import wandb
 
@@ -74,7 +76,9 @@ def run_agents(
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = agent_command(sweep_id, count=count, project=project, entity=entity)
     print(f"sweep {sweep_id}: starting {len(agent_gpus)} agent(s): {' '.join(argv)}")
-    procs = [_start_agent(i, gpus, argv, out_dir) for i, gpus in enumerate(agent_gpus)]
+    procs = [
+        _start_agent(i, gpus, argv, out_dir, memory_share) for i, gpus in enumerate(agent_gpus)
+    ]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:
@@ -87,7 +91,9 @@ def run_agents(
     return 0 if all(code == 0 for code in codes) else 1
 
 
-def _start_agent(i: int, gpus: str | None, argv: list[str], out_dir: Path) -> subprocess.Popen:
+def _start_agent(
+    i: int, gpus: str | None, argv: list[str], out_dir: Path, memory_share: float | None = None
+) -> subprocess.Popen:
     """`wandb agent` number i in its own session, on `gpus`, its output in agent-<i>.log."""
     log_path = out_dir / f"agent-{i}.log"
     with open(log_path, "w") as logfile:
@@ -96,7 +102,7 @@ def _start_agent(i: int, gpus: str | None, argv: list[str], out_dir: Path) -> su
             stdout=logfile,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=trial_env(gpus),
+            env=trial_env(gpus, memory_share),
             cwd=os.getcwd(),
             start_new_session=True,
         )

@@ -1,11 +1,14 @@
-"""The machine a run trains on: SLURM requeueing and bf16 support of the CPU."""
+"""The machine a run trains on: SLURM requeueing, bf16 support of the CPU, a GPU memory share."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 import torch
+
+from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
 
 
 def cluster_plugins() -> list:
@@ -42,3 +45,19 @@ def warn_if_bf16_is_emulated(trainer, prog: str = "attnlab-train") -> None:
                 "trainer.precision=32-true",
                 file=sys.stderr,
             )
+
+
+def apply_gpu_memory_share(environ=os.environ) -> float | None:
+    """Limit this process's CUDA caching allocator to the share of each visible GPU's memory
+    that attnlab-sweep gave it, so that K trials packed on one GPU cannot starve each other (a
+    trial past its share fails with out-of-memory instead of taking a neighbour's). Returns the
+    share applied, or None (no share set, or no CUDA)."""
+    value = environ.get(MEMORY_SHARE_ENV)
+    if not value or not torch.cuda.is_available():
+        return None
+    share = float(value)
+    if not 0 < share <= 1:
+        raise ValueError(f"{MEMORY_SHARE_ENV}={value} must be in (0, 1]")
+    for device in range(torch.cuda.device_count()):
+        torch.cuda.set_per_process_memory_fraction(share, device)
+    return share

@@ -44,7 +44,11 @@ from attnlab.runs.record import RunRecord, ablation_config, run_name
 from attnlab.runs.startup import resume_collector
 from attnlab.runs.wandb import finish_wandb, wandb_id
 from attnlab.training.callbacks import LoggingStep, Preemption, RNGState, periodic_checkpoints
-from attnlab.training.environment import cluster_plugins, warn_if_bf16_is_emulated
+from attnlab.training.environment import (
+    apply_gpu_memory_share,
+    cluster_plugins,
+    warn_if_bf16_is_emulated,
+)
 from attnlab.training.module import TransformerModule, module_for
 from attnlab.training.progress import progress_bar
 from attnlab.training.short_runs import validation_interval, warmup_warning
@@ -282,6 +286,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
         trainer.loggers = loggers  # Lightning mutes loggers here; metrics.csv is always written
     if rank_zero_only.rank == 0:
         warn_if_bf16_is_emulated(trainer, PROG)
+    apply_gpu_memory_share()  # attnlab-sweep --trials-per-gpu K: 1/K of each GPU's memory
     return trainer, preemption
 
 
