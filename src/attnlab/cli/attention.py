@@ -25,7 +25,9 @@ import argparse
 import sys
 from pathlib import Path
 
-PROG = "attnlab-attention"
+from attnlab import programs
+
+PROG = programs.ATTENTION
 
 
 class InputError(Exception):

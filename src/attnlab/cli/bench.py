@@ -26,7 +26,9 @@ import shutil
 import sys
 from pathlib import Path
 
-PROG = "attnlab-bench"
+from attnlab import programs
+
+PROG = programs.BENCH
 SECTIONS = {
     "vs_torch_nn": "training step against torch.nn.Transformer (and TFLOP/s, MFU on a GPU)",
     "harness": "attnlab-train's step against a plain loop; launch to first step; --help",

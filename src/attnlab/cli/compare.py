@@ -43,6 +43,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab import programs
 from attnlab.analysis import report
 from attnlab.analysis.groups import (
     DEFAULT_IGNORE,
@@ -56,7 +57,7 @@ from attnlab.analysis.run_table import read_runs_csv, write_runs_csv
 from attnlab.analysis.runs import Run, find_results, load_run, trials_without_results
 from attnlab.analysis.tables import markdown_table, text_table
 
-PROG = "attnlab-compare"
+PROG = programs.COMPARE
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -38,6 +38,7 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from attnlab import programs
 from attnlab.evaluation.checkpoints import EvalError, checkpoint_paths, find_run_dir
 
 USAGE = __doc__
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = parse_args(argv)
         results = evaluate(cfg)
     except EvalError as err:
-        print(f"attnlab-eval: error: {err}", file=sys.stderr)
+        print(f"{programs.EVAL}: error: {err}", file=sys.stderr)
         sys.exit(2)
     if "extrapolation" in results:
         _print_lengths(results, cfg)

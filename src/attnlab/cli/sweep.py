@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from attnlab import programs
 from attnlab.runs.status import exit_code
 from attnlab.sweeps.runner import gpu_groups, gpu_slots, run_trials, sharing_line
 from attnlab.sweeps.spec import (
@@ -41,7 +42,7 @@ __all__ = ["Trial", "expand_sweep", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="attnlab-sweep",
+        prog=programs.SWEEP,
         description="Run a W&B sweep file (grid or random) locally, or on W&B with --wandb.",
     )
     p.add_argument("sweep", help="sweep file (YAML), e.g. sweeps/heads.yaml")
@@ -154,7 +155,7 @@ def resume_command(argv: list[str], out: Path) -> str:
     (completed trials are kept, interrupted ones resume from their newest checkpoint)."""
     args = [a for i, a in enumerate(argv) if a != "--out" and (i == 0 or argv[i - 1] != "--out")]
     args = [a for a in args if not a.startswith("--out=")]
-    return shlex.join(["attnlab-sweep", *args, "--out", str(out)])
+    return shlex.join([programs.SWEEP, *args, "--out", str(out)])
 
 
 def _run_wandb(args: argparse.Namespace, config: dict, groups: list[str]) -> int:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import sys
 
-PROG = "attnlab-train"
+from attnlab import programs
+
+PROG = programs.TRAIN
 
 _EXIT_STATUSES: list[str] = []  # a single run's status (it runs in this process)
 # The preflight checked every job's config in this process (not --help, not another sweeper):

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import attnlab.config.schema  # noqa: F401 (registers the schemas in Hydra's ConfigStore)
+from attnlab import programs
 from attnlab.config.data_check import DataConfigError
 from attnlab.config.plain import to_plain
 from attnlab.config.trainer_check import REMOTE_LAUNCHERS, trainer_problem
@@ -143,7 +144,7 @@ def _one_line(text: str) -> str:
     return "; ".join(lines)
 
 
-def preflight(argv: list[str], config_dir: Path | str, prog: str = "attnlab-train") -> int | None:
+def preflight(argv: list[str], config_dir: Path | str, prog: str = programs.TRAIN) -> int | None:
     """Check the command line `argv` before Hydra runs it; exit 2 with one line if bad. The
     number of jobs it runs, where the preflight expanded them (None otherwise).
 

@@ -33,11 +33,24 @@ import math
 from omegaconf import OmegaConf
 
 
-def world(devices, num_nodes=1) -> int:
-    """trainer.devices x trainer.num_nodes as attnlab.config.validate.world_size counts them
-    (an integer or a list of device ids), or 1 where the config does not say ("auto", -1)."""
-    from attnlab.config.validate import world_size
+def world_size(trainer) -> int | None:
+    """Processes of the run, trainer.devices x trainer.num_nodes, where the config says it (an
+    integer or a list of device ids); None for "auto", -1 and the like."""
+    devices = trainer.get("devices", 1)
+    if OmegaConf.is_list(devices) or isinstance(devices, list | tuple):
+        n = len(devices)
+    elif isinstance(devices, int) and not isinstance(devices, bool):
+        n = devices
+    elif isinstance(devices, str) and devices.strip().isdigit():
+        n = int(devices)
+    else:
+        return None
+    return n * int(trainer.get("num_nodes", 1)) if n > 0 else None
 
+
+def world(devices, num_nodes=1) -> int:
+    """trainer.devices x trainer.num_nodes as world_size counts them (an integer or a list of
+    device ids), or 1 where the config does not say ("auto", -1)."""
     n = world_size(OmegaConf.create({"devices": devices, "num_nodes": int(num_nodes)}))
     return n or 1
 

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.data_check import DataConfigError, check_data_config
 from attnlab.config.plain import to_plain
+from attnlab.config.resolvers import world_size
 from attnlab.config.schema import HARNESS_MODEL_KEYS, SyntheticDataConfig
 from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
@@ -155,21 +156,6 @@ def _check_run_control(cfg: DictConfig) -> None:
                 f"checkpoint.{key}={value} is not valid; expected a positive number or null"
             )
     raise_first([integer_problem("checkpoint.keep_last", ckpt.keep_last, 1)])
-
-
-def world_size(trainer: DictConfig) -> int | None:
-    """Processes of the run, trainer.devices x trainer.num_nodes, where the config says it (an
-    integer or a list of device ids); None for "auto", -1 and the like."""
-    devices = trainer.get("devices", 1)
-    if OmegaConf.is_list(devices) or isinstance(devices, list | tuple):
-        n = len(devices)
-    elif isinstance(devices, int) and not isinstance(devices, bool):
-        n = devices
-    elif isinstance(devices, str) and devices.strip().isdigit():
-        n = int(devices)
-    else:
-        return None
-    return n * int(trainer.get("num_nodes", 1)) if n > 0 else None
 
 
 def _check_world_size(cfg: DictConfig) -> None:

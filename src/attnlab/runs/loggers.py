@@ -8,11 +8,12 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from attnlab import programs
 from attnlab.runs.history import logged_rows, wandb_segments
 from attnlab.runs.identity import wandb_run_id
 from attnlab.runs.wandb import skipping_unused_launch_inputs, wandb_mode, wandb_offline_reason
 
-PROG = "attnlab-train"
+PROG = programs.TRAIN
 TENSORBOARD_EXTRA = 'pip install "attnlab[tensorboard]"'
 
 

@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+from attnlab import programs
 from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
 
 
@@ -29,7 +30,7 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
-def warn_if_bf16_is_emulated(trainer, prog: str = "attnlab-train") -> None:
+def warn_if_bf16_is_emulated(trainer, prog: str = programs.TRAIN) -> None:
     """One stderr line when bf16 autocast runs on a CPU that emulates bf16. On the 2-core AMD
     EPYC (AVX2) where this was written, a d_model=512 training step took 28x longer in
     bf16-mixed than in 32-true (e.g. experiment=multi30k, a GPU preset, with

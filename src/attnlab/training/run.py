@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab import programs
 from attnlab.config.plain import plain_config, to_plain
 from attnlab.config.validate import (
     check_task,
@@ -54,7 +55,7 @@ from attnlab.training.progress import progress_bar
 from attnlab.training.short_runs import validation_interval, warmup_warning
 from attnlab.training.summary import ParamsSummary
 
-PROG = "attnlab-train"
+PROG = programs.TRAIN
 
 # Lightning 2.6 on torch 2.13 warns on every run about its own use of a torch internal.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
