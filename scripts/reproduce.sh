@@ -78,7 +78,7 @@ if want label_smoothing; then
     --columns test/bleu --columns 'eval/*/bleu' --columns 'eval/*/nll' --columns test/chrf \
     --columns test/nll --out $IMG/label_smoothing
   keep label_smoothing
-  python scripts/decoding_csv.py $OUT/label_smoothing docs/results/decoding.csv
+  python scripts/decoding_csv.py $OUT/label_smoothing docs/results   # decoding.csv, averaging.csv
 fi
 
 if want classic_bugs; then
