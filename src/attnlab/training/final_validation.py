@@ -13,8 +13,16 @@ import lightning as L
 
 
 class ValidateAtEnd(L.Callback):
-    """At the last optimizer step (trainer.max_steps), make sure a validation follows."""
+    """At the last optimizer step (trainer.max_steps as configured), make sure a validation
+    follows. The limit is read when training starts: an interrupt ends a run early by lowering
+    it (training/callbacks.Preemption), and that step must validate only if it would have."""
+
+    def __init__(self) -> None:
+        self.max_steps = -1
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.max_steps = trainer.max_steps
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if 0 < trainer.max_steps <= trainer.global_step:
+        if 0 < self.max_steps <= trainer.global_step:
             trainer.should_stop = True
