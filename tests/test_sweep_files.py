@@ -98,12 +98,44 @@ def test_warmup_ablation_holds_peak_and_horizon_reaches_every_peak_and_clips_not
     # (without warmup the cosine's first step is already 1/600 into the decay: 2e-3 * 0.99999)
 
 
-def test_heads_sweep_states_its_h_and_d_k_at_constant_compute():
-    text = (REPO / "sweeps" / "heads.yaml").read_text()
+def test_gpu_warmup_ablation_holds_each_peak_and_the_horizon_and_clips_nothing():
+    """sweeps/gpu_norm_warmup.yaml: within each peak learning rate, every arm (norm x warmup)
+    reaches that peak (at its warmup's end) and decays to 0 at the same step; no clipping."""
+    arms = _arms("gpu_norm_warmup")
+    assert {k[0] for k in arms} == {"pre", "post"} and {k[1] for k in arms} == {0, 4000}
+    by_peak: dict[float, set] = {}
+    for (_norm, _warmup, peak_lr), flat in arms.items():
+        cfg = _nested(flat)
+        max_steps = cfg["trainer"]["max_steps"]
+        schedule = schedule_from_config(
+            cfg["optim"], cfg["scheduler"], cfg["model"]["d_model"], max_steps
+        )
+        lrs = [schedule(s) for s in range(1, max_steps + 1, 10)]
+        assert max(lrs) == pytest.approx(peak_lr, rel=1e-3)
+        assert lrs[-1] < 0.01 * peak_lr and cfg["scheduler"]["max_steps"] == max_steps
+        assert cfg["trainer"]["gradient_clip_val"] is None
+        assert cfg["model"]["d_model"] == 512
+        by_peak.setdefault(peak_lr, set()).add(max_steps)
+    assert len(by_peak) == 2 and all(len(horizons) == 1 for horizons in by_peak.values())
+    assert min(by_peak) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-2)  # the paper's peak
+
+
+@pytest.mark.parametrize("name", ["gpu_heads", "gpu_pos_encoding", "gpu_label_smoothing"])
+def test_gpu_sweeps_use_the_multi30k_model_and_one_budget_with_five_seeds(name):
+    spec = _spec(REPO / "sweeps" / f"{name}.yaml")
+    assert len(spec["parameters"]["seed"]["values"]) >= 5  # the minimum on a GPU
+    for flat in _arms(name).values():
+        assert flat["model.d_model"] == 512 and flat["trainer.max_steps"] == 6000
+        assert flat["trainer.precision"] == "bf16-mixed"
+
+
+@pytest.mark.parametrize("name", ["heads", "gpu_heads"])
+def test_heads_sweep_states_its_h_and_d_k_at_constant_compute(name):
+    text = (REPO / "sweeps" / f"{name}.yaml").read_text()
     stated_line = re.search(r"^# \(h, d_k\): (.*)$", text, re.M).group(1)
     stated = set(ast.literal_eval(f"[{stated_line}]"))
     composed = set()
-    for flat in _arms("heads").values():
+    for flat in _arms(name).values():
         h, d_model = flat["model.n_heads"], flat["model.d_model"]
         d_k = flat["model.d_k"] or d_model // h
         assert h * d_k == d_model  # constant compute
