@@ -35,6 +35,7 @@ def test_quick_bench_writes_every_section(tmp_path):
         [*cmd, "--json", str(out)], capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == "", "without -v the bench prints its tables and nothing else"
     assert not list(tmp.glob("attnlab-bench-*")), "the bench leaves its work folder behind"
     r = json.loads(out.read_text())
     assert r["machine"]["device"] == "cpu" and len(r["machine"]["load_average"]) == 3

@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.compile in vs-torch-nn: eager, compiled or both (auto: both, quick: off)",
     )
     p.add_argument("--attention-max-len", type=int, help="longest attention length (8192)")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the libraries' warnings and log lines (by default: the tables only)",
+    )
     p.add_argument("--ckpt", help="decoding: a trained checkpoint instead of initial weights")
     return p
 
@@ -115,8 +121,24 @@ def _section(ctx, name: str, args) -> dict:
     return {name: training_step.run_memory(ctx)}
 
 
+def _quiet_libraries() -> None:
+    """The tables and nothing else: torch's C++ warnings (its profiler's note on memory
+    allocated before profiling), Python warnings and Lightning's and W&B's info lines are
+    hidden; errors still show. Set before torch is imported, which reads TORCH_CPP_LOG_LEVEL
+    once."""
+    import logging
+    import warnings
+
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    warnings.filterwarnings("ignore")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "wandb"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if not args.verbose:
+        _quiet_libraries()
     sections = [s for s in SECTIONS if getattr(args, s)] or list(SECTIONS)
     from attnlab.config.preflight import ConfigError
 
