@@ -17,7 +17,7 @@ from attnlab.cli import compare
 
 REPO = Path(__file__).resolve().parents[1]
 
-# docs/REPRODUCTION.md section 3's test BLEU per seed (h = 1 and h = 8).
+# The first run of docs/REPRODUCTION.md section 3 (2026-11-20): test BLEU per seed, h = 1 and 8.
 H1 = [27.13, 27.6, 28.77]
 H8 = [27.75, 27.96, 28.41]
 
