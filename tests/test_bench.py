@@ -135,3 +135,24 @@ def test_gpu_peaks_are_looked_up_by_device_name():
     assert gpu_peak_tflops("NVIDIA L4", "bf16-mixed") == 121.0
     assert gpu_peak_tflops("Tesla V100-SXM2-16GB", "bf16-mixed") is None  # no bf16
     assert gpu_peak_tflops("Some Future GPU", "bf16-mixed") is None
+
+
+def test_the_harness_run_validates_nothing_inside_its_timed_window(compose, tmp_path):
+    """The harness's attnlab-train block must not validate while it is timed: an interval
+    longer than the run alone is scaled down to ~5 validations (training/short_runs.py), which
+    put the harness overhead at +49% instead of ~+4%."""
+    from types import SimpleNamespace
+
+    from attnlab.bench.harness import _config, _StepClock
+    from attnlab.training.run import build_datamodule, build_module, build_trainer
+
+    ctx = SimpleNamespace(cfg=compose(["debug=tiny", "logger=none"]))
+    cfg = _config(ctx, 30, tmp_path / "run")
+    datamodule = build_datamodule(cfg, tmp_path / "run")
+    module = build_module(cfg, datamodule)
+    trainer, _ = build_trainer(cfg, tmp_path / "run", [])
+    validations = []
+    module.on_validation_start = lambda: validations.append(trainer.global_step)
+    trainer.callbacks.append(_StepClock(5, 30))
+    trainer.fit(module, datamodule=datamodule)
+    assert trainer.global_step == 30 and validations == []

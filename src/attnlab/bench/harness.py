@@ -56,7 +56,10 @@ class _StepClock(L.Callback):
 def _config(ctx: Context, steps: int, run_dir: Path):
     cfg = ctx.cfg.copy()
     cfg.trainer.max_steps = steps
-    cfg.trainer.val_check_interval = steps + 1  # no validation inside the timed window
+    # No validation inside the timed window: an interval longer than the run alone would be
+    # scaled down to ~5 validations (training/short_runs.py), so validation is switched off.
+    cfg.trainer.val_check_interval = steps + 1
+    cfg.trainer.limit_val_batches = 0
     cfg.trainer.check_val_every_n_epoch = None
     cfg.trainer.num_sanity_val_steps = 0
     cfg.trainer.enable_model_summary = False
