@@ -130,6 +130,7 @@ def _quiet_libraries() -> None:
     import warnings
 
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("WANDB_SILENT", "true")  # W&B's own terminal lines (git root, sync)
     warnings.filterwarnings("ignore")
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "wandb"):
         logging.getLogger(name).setLevel(logging.ERROR)
