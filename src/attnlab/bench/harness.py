@@ -77,13 +77,15 @@ def _lightning_block(ctx: Context, block: int) -> float:
     run_dir = ctx.work_dir / f"harness-{block}"
     cfg = _config(ctx, total, run_dir)
     L.seed_everything(cfg.seed, verbose=False)
-    datamodule = build_datamodule(cfg, run_dir)
-    module = build_module(cfg, datamodule)
-    loggers = build_loggers(cfg, run_dir, "bench")
-    trainer, _ = build_trainer(cfg, run_dir, loggers)
     clock = _StepClock(ctx.warmup, total)
-    trainer.callbacks.append(clock)
+    # attnlab-train's own lines (W&B offline, the validation interval) and the progress bar
+    # belong to its runs, not to the bench's tables
     with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
+        datamodule = build_datamodule(cfg, run_dir)
+        module = build_module(cfg, datamodule)
+        loggers = build_loggers(cfg, run_dir, "bench")
+        trainer, _ = build_trainer(cfg, run_dir, loggers)
+        trainer.callbacks.append(clock)
         trainer.fit(module, datamodule=datamodule)  # the progress bar still draws, unseen
         finish_wandb(loggers, {"status": "completed"})
     return clock.per_step()
