@@ -636,3 +636,20 @@ def test_slurm_launcher_composes_with_the_harness_config():
     launcher = _compose_launcher(REPO / "conf", "train", ["hydra/launcher=slurm", "trainer=ddp"])
     assert launcher.tasks_per_node == launcher.gpus_per_node == 2  # conf/trainer/ddp.yaml
     assert launcher.nodes == 1  # trainer.num_nodes
+
+
+def test_wandb_agents_interrupted_exit_4_like_every_command(tmp_path, monkeypatch):
+    import wandb
+
+    from attnlab.sweeps import wandb_agents
+
+    class Interrupted(FakePopen):
+        def wait(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: "abc123")
+    monkeypatch.setattr(wandb_agents.subprocess, "Popen", Interrupted)
+    monkeypatch.setattr(wandb_agents, "stop", lambda procs: None)
+    FakePopen.calls = []
+    argv = [str(SWEEPS / "heads.yaml"), "--wandb", "--parallel", "2", "--out", str(tmp_path)]
+    assert sweep.main(argv) == 4
