@@ -3,18 +3,16 @@ their average (Sec. 6.1), and the run directory they came from."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from attnlab.runs.checkpoints import step_of  # best-step=N, step=N, timed-step=N
+
 
 class EvalError(Exception):
     """A problem with the user's input, reported in one line."""
-
-
-_STEP_CKPT = re.compile(r"step=(\d+)\.ckpt$")
 
 
 def checkpoint_paths(ckpt: Any, last: int | None = None) -> list[Path]:
@@ -40,8 +38,8 @@ def checkpoint_paths(ckpt: Any, last: int | None = None) -> list[Path]:
 
 def _periodic_checkpoints(folder: Path, last: int | None) -> list[Path]:
     found = sorted(
-        (p for p in folder.glob("step=*.ckpt") if _STEP_CKPT.search(p.name)),
-        key=lambda p: int(_STEP_CKPT.search(p.name).group(1)),
+        (p for p in folder.glob("step=*.ckpt") if step_of(p) is not None),
+        key=step_of,
     )
     if not found:
         raise EvalError(f"ckpt: {folder} holds no periodic step=<n>.ckpt checkpoints")

@@ -167,8 +167,7 @@ def run_trials(
     GPU group from `groups` (a group listed K times, gpu_slots, runs K trials at once, each
     limited to `memory_share` of its memory). A failed trial does not stop the others. Ctrl-C
     (KeyboardInterrupt) interrupts the running trials and returns with the rest not_started."""
-    pool = _TrialPool(trials, parallel, groups, metric_name, log)
-    pool.memory_share = memory_share
+    pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share)
     try:
         pool.run()
     except KeyboardInterrupt:
@@ -179,7 +178,9 @@ def run_trials(
 class _TrialPool:
     """The trials waiting, the processes running (with their GPU groups), the results."""
 
-    def __init__(self, trials, parallel: int, groups, metric_name: str, log) -> None:
+    def __init__(
+        self, trials, parallel: int, groups, metric_name: str, log, memory_share=None
+    ) -> None:
         self.results = [TrialResult(t) for t in trials]
         self.pending = deque(self.results)
         self.groups = list(groups)
@@ -187,7 +188,7 @@ class _TrialPool:
         self.slots = min(parallel, len(groups)) if groups else parallel
         self.running: dict[subprocess.Popen, tuple[TrialResult, float, object]] = {}
         self.metric_name, self.log = metric_name, log
-        self.memory_share: float | None = None
+        self.memory_share: float | None = memory_share
 
     def run(self) -> None:
         while self.pending or self.running:
