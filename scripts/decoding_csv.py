@@ -56,4 +56,6 @@ def write(sweep: str, out: Path, key: str, ways: tuple[str, ...]) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or not Path(sys.argv[1]).is_dir():
+        sys.exit("usage: scripts/decoding_csv.py SWEEP_DIR OUT_DIR (a label_smoothing sweep)")
     main(*sys.argv[1:3])

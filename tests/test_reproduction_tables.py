@@ -37,3 +37,11 @@ def test_a_changed_figure_is_found(monkeypatch):
     digit = next(i for i, ch in enumerate(table) if ch.isdigit() and i > table.index("\n|---"))
     changed = table[:digit] + str((int(table[digit]) + 1) % 10) + table[digit + 1 :]
     assert embedded.table_for(block["args"], block["key"]) != changed
+
+
+def test_a_missing_report_is_one_line_and_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        embedded.main([str(tmp_path / "nope.md")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope.md" in err and "Traceback" not in err

@@ -51,10 +51,20 @@ def fill(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    for name in argv if argv is not None else sys.argv[1:]:
+    """Regenerate each named report's tables; a missing file or a command that prints no such
+    table is one line, exit 2, and that report is left as it was."""
+    names = argv if argv is not None else sys.argv[1:]
+    if not names:
+        sys.exit("usage: python -m attnlab.analysis.embedded REPORT.md [...]")
+    for name in names:
         path = Path(name)
-        path.write_text(fill(path.read_text()))
-        print(f"{path}: {len(blocks(path.read_text()))} tables regenerated")
+        try:
+            text = fill(path.read_text())
+        except (OSError, KeyError, ValueError, SystemExit) as err:
+            print(f"attnlab.analysis.embedded: error: {path}: {err}", file=sys.stderr)
+            sys.exit(2)
+        path.write_text(text)
+        print(f"{path}: {len(blocks(text))} tables regenerated")
 
 
 if __name__ == "__main__":
