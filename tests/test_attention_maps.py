@@ -9,7 +9,7 @@ import pytest
 
 from attnlab.cli.attention import main as attention_main
 from attnlab.data.vocab import PAD_ID
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 from conftest import wandb_offline_bytes
 
 ENC_DEC = (

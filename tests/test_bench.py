@@ -30,7 +30,7 @@ def test_quick_bench_writes_every_section(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "WANDB_MODE": "disabled", "TMPDIR": str(tmp)}
-    cmd = [sys.executable, "-m", "attnlab.bench", "--quick", "debug=tiny", "logger=none"]
+    cmd = [sys.executable, "-m", "attnlab.cli.bench", "--quick", "debug=tiny", "logger=none"]
     proc = subprocess.run(
         [*cmd, "--json", str(out)], capture_output=True, text=True, env=env, timeout=600
     )
@@ -78,7 +78,7 @@ def test_quick_bench_writes_every_section(tmp_path):
 
 def test_a_bad_override_is_one_line_and_exit_2():
     proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.bench", "model.n_head=3"],
+        [sys.executable, "-m", "attnlab.cli.bench", "model.n_head=3"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -144,7 +144,7 @@ def test_the_harness_run_validates_nothing_inside_its_timed_window(compose, tmp_
     from types import SimpleNamespace
 
     from attnlab.bench.harness import _config, _StepClock
-    from attnlab.training.run import build_datamodule, build_module, build_trainer
+    from attnlab.pipeline.build import build_datamodule, build_module, build_trainer
 
     ctx = SimpleNamespace(cfg=compose(["debug=tiny", "logger=none"]))
     cfg = _config(ctx, 30, tmp_path / "run")

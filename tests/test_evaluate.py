@@ -17,7 +17,7 @@ from attnlab.cli.eval import main
 from attnlab.config.preflight import compose_config
 from attnlab.data.text import read_lines
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = Path(__file__).parents[2] / "shared" / "data" / "multi30k"

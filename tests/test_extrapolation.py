@@ -15,7 +15,7 @@ from attnlab.cli.eval import main as eval_main
 from attnlab.config.plain import to_plain
 from attnlab.config.validate import validate_config
 from attnlab.data.vocab import PAD_ID
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 from conftest import DATA_DIR, wandb_offline_bytes
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 
 from attnlab.cli import compare
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 
 
 def test_a_run_shorter_than_the_validation_interval_is_validated_once_at_its_end(

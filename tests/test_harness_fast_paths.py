@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 
 
 def _run(compose, run_dir, *overrides: str) -> dict:
@@ -79,7 +79,7 @@ def test_skipping_padding_trains_like_computing_every_position(compose, tmp_path
 
 
 def test_the_loss_gets_logits_at_real_targets_unless_compiled(compose):
-    from attnlab.training.run import build_datamodule, build_module
+    from attnlab.pipeline.build import build_datamodule, build_module
 
     cfg = compose(["debug=tiny", "logger=none"])
     datamodule = build_datamodule(cfg, None)

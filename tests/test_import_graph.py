@@ -1,5 +1,6 @@
-"""No import cycle among attnlab's modules, imports inside functions included (issue 22), and
-the commands' names in one home that agrees with the installed console scripts."""
+"""No import cycle among attnlab's modules and no upward arrow among its packages, imports inside
+functions included (issue 22), and the commands' names in one home that agrees with the installed
+console scripts."""
 
 from __future__ import annotations
 
@@ -80,6 +81,59 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_among_attnlabs_modules():
     assert cycles(import_graph()) == []
+
+
+# attnlab's packages from the bottom up (docs/architecture.md). A package imports only packages
+# on lower levels and the top-level modules (attnlab.validation, attnlab.programs); packages on
+# one level import nothing from each other.
+LEVELS = (
+    ("model", "data"),  # pure PyTorch; the data modules
+    ("runs",),  # the run directory: records, checkpoints, loggers
+    ("training",),  # the LightningModule and its callbacks
+    ("evaluation",),  # decoding and scoring of a trained model
+    ("config",),  # the composed config: schema, resolvers, preflight
+    ("pipeline",),  # one run: build the objects from the config, fit, test, record
+    ("analysis",),  # reading runs back: tables, statistics, plots
+    ("sweeps",),  # launching many runs
+    ("bench",),  # measuring the model and the harness
+    ("cli",),  # the commands
+)
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and _is_package(parts[1])) else None
+
+
+def _is_package(name: str) -> bool:
+    return (SRC / "attnlab" / name).is_dir()
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """`module -> imported` for each import of a package not on a lower level."""
+    level = {package: i for i, names in enumerate(LEVELS) for package in names}
+    arrows = []
+    for module, imported in sorted(graph.items()):
+        source = package_of(module)
+        for target in sorted(imported):
+            other = package_of(target)
+            if source and other and other != source and level[other] >= level[source]:
+                arrows.append(f"{module} -> {target}")
+    return arrows
+
+
+def test_every_package_has_a_level():
+    packages = {p.name for p in (SRC / "attnlab").iterdir() if (p / "__init__.py").is_file()}
+    assert packages == {name for names in LEVELS for name in names}
+
+
+def test_no_package_imports_a_package_above_or_beside_it():
+    assert upward_arrows(import_graph()) == []
+
+
+def test_the_arrow_finder_finds_an_upward_arrow():
+    graph = {"attnlab.training.run": {"attnlab.config.plain", "attnlab.model.layers"}}
+    assert upward_arrows(graph) == ["attnlab.training.run -> attnlab.config.plain"]
 
 
 def test_the_cycle_finder_finds_a_cycle():

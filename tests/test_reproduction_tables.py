@@ -1,5 +1,5 @@
 """Every table of docs/REPRODUCTION.md regenerates from its CSV under docs/results/: each sits
-under the attnlab-compare command that prints it (attnlab.analysis.embedded), and this test runs
+under the attnlab-compare command that prints it (attnlab.cli.embedded), and this test runs
 that command on the committed CSV and finds the same table, figure for figure."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.analysis import embedded
+from attnlab.cli import embedded
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT = REPO / "docs" / "REPRODUCTION.md"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 from attnlab.training.short_runs import validation_interval, warmup_warning
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 
 METRICS = ("loss", "nll", "perplexity", "token_acc", "exact_match")
 

@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 
-from attnlab.training.run import train
+from attnlab.pipeline.train import train
 
 
 class WallClock(L.Callback):

@@ -122,7 +122,7 @@ def _load_batches(ctx: Context, n: int) -> None:
     """The datamodule as attnlab-train builds it; its first `n` training batches, on the device;
     the model config sized to its vocabulary."""
     from attnlab.config.validate import transformer_config
-    from attnlab.training.run import build_datamodule
+    from attnlab.pipeline.build import build_datamodule
 
     torch.manual_seed(ctx.cfg.seed)
     datamodule = build_datamodule(ctx.cfg, ctx.work_dir)

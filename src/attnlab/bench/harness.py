@@ -69,9 +69,9 @@ def _config(ctx: Context, steps: int, run_dir: Path):
 
 def _lightning_block(ctx: Context, block: int) -> float:
     """Seconds per step of attnlab-train's fit (its own builders), after the warm-up steps."""
+    from attnlab.pipeline.build import build_datamodule, build_module, build_trainer
     from attnlab.runs.loggers import build_loggers
     from attnlab.runs.wandb import finish_wandb
-    from attnlab.training.run import build_datamodule, build_module, build_trainer
 
     total = ctx.warmup + ctx.steps
     run_dir = ctx.work_dir / f"harness-{block}"
@@ -102,7 +102,7 @@ def harness_device(ctx: Context) -> torch.device:
 def _plain_block(ctx: Context) -> float:
     """Seconds per step of a plain loop: the same module's model, optimizer and schedule
     (configure_optimizers), clipping and precision, over the same data loader."""
-    from attnlab.training.run import build_datamodule, build_module
+    from attnlab.pipeline.build import build_datamodule, build_module
 
     cfg = _config(ctx, ctx.warmup + ctx.steps, ctx.work_dir / "plain")
     L.seed_everything(cfg.seed, verbose=False)

@@ -4,7 +4,7 @@
     attnlab-bench model=transformer_base data=multi30k --vs-torch-nn --json bench.json
     attnlab-bench --attention --attention-max-len 2048
     attnlab-bench experiment=paper_base trainer=gpu trainer.precision=bf16-mixed   # on a GPU
-    python -m attnlab.bench --quick                       # a smoke run (the test suite's)
+    python -m attnlab.cli.bench --quick                       # a smoke run (the test suite's)
 
 The model and data shape are the usual Hydra overrides of attnlab-train (conf/train.yaml
 composed and validated the same way: a bad key is one line and exit 2). Sections (all when none

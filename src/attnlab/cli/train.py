@@ -6,7 +6,7 @@
     attnlab-train --help                            # config groups and options
 
 The command line is checked first (attnlab.config.preflight: one line, exit 2); then Hydra runs
-attnlab.training.run.train once per job. The exit code is that of the worst job
+attnlab.pipeline.train.train once per job. The exit code is that of the worst job
 (attnlab.runs.status.EXIT_CODES), whichever launcher ran the jobs (attnlab.runs.multirun).
 """
 
@@ -31,8 +31,8 @@ def _task(cfg) -> dict:
 
     from attnlab.config.plain import to_plain
     from attnlab.config.trainer_check import REMOTE_LAUNCHERS, trainer_problem
+    from attnlab.pipeline.train import train
     from attnlab.runs.identity import RunConfigChanged
-    from attnlab.training.run import train
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:

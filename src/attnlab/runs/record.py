@@ -13,7 +13,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config.plain import to_plain
 from attnlab.runs.status import STATUSES
 
 # The keys an ablation varies: always recorded in results.json (with any overridden key).
@@ -112,7 +111,7 @@ def ablation_config(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     if OmegaConf.is_config(value):
-        return to_plain(value)
+        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
     return value.value if isinstance(value, Enum) else value
 
 

@@ -4,7 +4,7 @@
     <!-- table: statistics test/bleu -->
     | ... |
 
-`python -m attnlab.analysis.embedded docs/REPRODUCTION.md` rewrites every such table from its
+`python -m attnlab.cli.embedded docs/REPRODUCTION.md` rewrites every such table from its
 command (run from the repository root, where the command's paths point); the test suite checks
 that each embedded table equals what its command prints (tests/test_reproduction_tables.py), so
 no number of the report exists only in someone's run folder.
@@ -16,6 +16,8 @@ import re
 import shlex
 import sys
 from pathlib import Path
+
+from attnlab.cli import compare
 
 BLOCK = re.compile(
     r"^<!-- attnlab-compare (?P<args>.+?) -->\n<!-- table: (?P<key>.+?) -->\n"
@@ -31,8 +33,6 @@ def blocks(text: str) -> list[re.Match]:
 
 def table_for(args: str, key: str) -> str:
     """The markdown table `key` that `attnlab-compare <args> --markdown` prints."""
-    from attnlab.cli import compare
-
     parsed = compare.build_parser().parse_args(shlex.split(args))
     tables = compare.markdown_tables(compare.compare(parsed))
     if key not in tables:
@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> None:
     table is one line, exit 2, and that report is left as it was."""
     names = argv if argv is not None else sys.argv[1:]
     if not names:
-        sys.exit("usage: python -m attnlab.analysis.embedded REPORT.md [...]")
+        sys.exit("usage: python -m attnlab.cli.embedded REPORT.md [...]")
     for name in names:
         path = Path(name)
         try:
             text = fill(path.read_text())
         except (OSError, KeyError, ValueError, SystemExit) as err:
-            print(f"attnlab.analysis.embedded: error: {path}: {err}", file=sys.stderr)
+            print(f"attnlab.cli.embedded: error: {path}: {err}", file=sys.stderr)
             sys.exit(2)
         path.write_text(text)
         print(f"{path}: {len(blocks(text))} tables regenerated")
