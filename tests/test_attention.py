@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.model import MultiHeadAttention
+from attnlab.model import AttentionContext, MultiHeadAttention
 from attnlab.model.attention import causal_allowed
 
 B, T, S, D, H = 3, 5, 7, 32, 4
@@ -39,7 +39,7 @@ def test_parity_with_padding_mask(pair, need_weights):
     q, kv = torch.randn(B, T, D), torch.randn(B, S, D)
     kpm = padding_mask([7, 4, 2], S)
     expected, expected_w = ref(q, kv, kv, key_padding_mask=kpm, average_attn_weights=False)
-    out, w = ours(q, kv, kv, key_padding_mask=kpm, need_weights=need_weights)
+    out, w = ours(q, kv, AttentionContext(key_padding_mask=kpm, need_weights=need_weights))
     assert (out - expected).abs().max() <= 1e-5
     if need_weights:
         assert w.shape == (B, H, T, S)
@@ -58,7 +58,9 @@ def test_parity_with_causal_and_padding_mask(pair, need_weights):
     expected, expected_w = ref(
         x, x, x, key_padding_mask=kpm, attn_mask=causal, average_attn_weights=False
     )
-    out, w = ours(x, x, x, key_padding_mask=kpm, causal=True, need_weights=need_weights)
+    out, w = ours(
+        x, ctx=AttentionContext(key_padding_mask=kpm, causal=True, need_weights=need_weights)
+    )
     assert (out - expected).abs().max() <= 1e-5
     if need_weights:
         assert (w - expected_w).abs().max() <= 1e-6
@@ -69,8 +71,8 @@ def test_reference_and_fast_paths_agree_with_dropout_off():
     torch.manual_seed(1)
     mha = MultiHeadAttention(D, H, d_k=12).eval()  # decoupled d_k: H * d_k != d_model
     x = torch.randn(B, T, D)
-    fast, _ = mha(x, x, x, causal=True)
-    ref, w = mha(x, x, x, causal=True, need_weights=True)
+    fast, _ = mha(x, ctx=AttentionContext(causal=True))
+    ref, w = mha(x, ctx=AttentionContext(causal=True, need_weights=True))
     assert (fast - ref).abs().max() <= 1e-5
     assert w.shape == (B, H, T, T)
     assert torch.allclose(w.sum(-1), torch.ones(B, H, T), atol=1e-6)
@@ -88,7 +90,7 @@ def test_future_keys_do_not_change_earlier_outputs():
     x = torch.randn(1, T, D)
     y = x.clone()
     y[:, 3:] = torch.randn(1, T - 3, D)
-    a, _ = mha(x, x, x, causal=True)
-    b, _ = mha(y, y, y, causal=True)
+    a, _ = mha(x, ctx=AttentionContext(causal=True))
+    b, _ = mha(y, ctx=AttentionContext(causal=True))
     assert torch.allclose(a[:, :3], b[:, :3], atol=1e-6)
     assert not torch.allclose(a[:, 3:], b[:, 3:])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.model import MultiHeadAttention
+from attnlab.model import AttentionContext, MultiHeadAttention
 
 B, T, S, D, H = 2, 5, 6, 24, 3
 TOL = 1e-12  # float64 on both sides: only summation order differs
@@ -82,9 +82,7 @@ def test_cross_attention_with_source_padding_matches_numpy(mha, need_weights):
     out, w = module(
         torch.from_numpy(x_q),
         torch.from_numpy(x_kv),
-        torch.from_numpy(x_kv),
-        key_padding_mask=torch.from_numpy(pads),
-        need_weights=need_weights,
+        AttentionContext(key_padding_mask=torch.from_numpy(pads), need_weights=need_weights),
     )
     for b in range(B):
         allowed = np.broadcast_to(~pads[b], (T, S))
@@ -106,8 +104,9 @@ def test_causal_self_attention_with_padding_matches_numpy(mha, need_weights):
     pads = np.arange(T)[None, :] >= np.array(lengths)[:, None]
     causal = np.tril(np.ones((T, T), dtype=bool))  # query t sees keys 0..t
     xt = torch.from_numpy(x)
+    mask = torch.from_numpy(pads)
     out, w = module(
-        xt, xt, xt, key_padding_mask=torch.from_numpy(pads), causal=True, need_weights=need_weights
+        xt, ctx=AttentionContext(key_padding_mask=mask, causal=True, need_weights=need_weights)
     )
     for b in range(B):
         allowed = causal & ~pads[b][None, :]

@@ -5,9 +5,9 @@ import torch
 
 from attnlab.model import (
     POS_ENCODINGS,
-    AttentionCache,
     KVCache,
     LayerCache,
+    SelfAttentionCache,
     Transformer,
 )
 from attnlab.model.decoding import (
@@ -42,7 +42,7 @@ def test_the_cache_holds_named_keys_and_values_per_layer():
     model.decode(torch.full((3, 1), BOS), memory, mask, cache)
     assert cache.length == 3 and len(cache.layers) == 2
     layer = cache.layers[1]
-    assert isinstance(layer, LayerCache) and isinstance(layer.self_attn, AttentionCache)
+    assert isinstance(layer, LayerCache) and isinstance(layer.self_attn, SelfAttentionCache)
     assert layer.self_attn.k.shape == layer.self_attn.v.shape == (3, 4, 3, 8)  # (B, H, T, d_k)
     assert layer.cross_attn.k.shape == (3, 4, 6, 8)  # (B, H, S, d_k)
 
@@ -50,9 +50,9 @@ def test_the_cache_holds_named_keys_and_values_per_layer():
 def test_reorder_moves_self_attention_rows_and_leaves_cross_attention_alone():
     cache = KVCache(1)
     layer = cache.layers[0]
-    layer.self_attn.append(torch.arange(4.0).view(4, 1, 1, 1), -torch.arange(4.0).view(4, 1, 1, 1))
+    layer.self_attn.extend(torch.arange(4.0).view(4, 1, 1, 1), -torch.arange(4.0).view(4, 1, 1, 1))
     cross_k, cross_v = torch.randn(2, 1, 5, 1), torch.randn(2, 1, 5, 1)
-    layer.cross_attn.append(cross_k, cross_v)
+    layer.cross_attn.keys_values(lambda: (cross_k, cross_v))
     cache.reorder(torch.tensor([1, 1, 3, 2]))
     assert layer.self_attn.k.flatten().tolist() == [1.0, 1.0, 3.0, 2.0]
     assert layer.self_attn.v.flatten().tolist() == [-1.0, -1.0, -3.0, -2.0]
@@ -169,8 +169,10 @@ def old_beam_search(model, src, bos_id, eos_id, beam_size, length_penalty, max_l
         origin = (rows[:, None] * k + beam).view(-1)
         tokens = torch.cat([tokens[origin], tok.view(-1, 1)], dim=1)
         for layer in cache.layers:
-            for part in (layer.self_attn, layer.cross_attn):
-                part.reorder(origin)
+            layer.self_attn.reorder(origin)
+            memory_cache = layer.cross_attn  # re-indexed too (the memory was repeated)
+            memory_cache.k = memory_cache.k.index_select(0, origin)
+            memory_cache.v = memory_cache.v.index_select(0, origin)
     best = [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
     return _pad_rows(best, pad_id, device)
 

@@ -4,7 +4,7 @@ and the two controls for classic mistakes (attn_scale, mask_source_padding)."""
 import pytest
 import torch
 
-from attnlab.model import POS_ENCODINGS, MultiHeadAttention, Transformer
+from attnlab.model import POS_ENCODINGS, AttentionContext, MultiHeadAttention, Transformer
 from attnlab.model.attention import scaled_dot_product_attention
 from model_utils import PAD, tiny, tokens
 
@@ -28,8 +28,8 @@ def test_both_paths_agree_on_an_all_pad_key_row():
     q, kv = torch.randn(2, 3, 32), torch.randn(2, 5, 32)
     pads = torch.zeros(2, 5, dtype=torch.bool)
     pads[1] = True  # an empty source sentence
-    fast, _ = mha(q, kv, kv, key_padding_mask=pads)
-    ref, w = mha(q, kv, kv, key_padding_mask=pads, need_weights=True)
+    fast, _ = mha(q, kv, AttentionContext(key_padding_mask=pads))
+    ref, w = mha(q, kv, AttentionContext(key_padding_mask=pads, need_weights=True))
     assert torch.isfinite(ref).all() and torch.isfinite(fast).all()
     assert w[1].eq(0).all()
     assert (fast - ref).abs().max() <= 1e-6
@@ -87,11 +87,11 @@ def test_attn_scale_none_is_q_k_without_the_square_root():
     by_hand = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v  # no / sqrt(d_k)
     by_hand = mha.w_o(by_hand.transpose(1, 2).reshape(2, 5, 32))
     for need_weights in (False, True):
-        out, _ = mha(x, x, x, need_weights=need_weights)
+        out, _ = mha(x, ctx=AttentionContext(need_weights=need_weights))
         assert (out - by_hand).abs().max() <= 1e-5
     scaled = MultiHeadAttention(32, 4).eval()
     scaled.load_state_dict(mha.state_dict())
-    assert (scaled(x, x, x)[0] - by_hand).abs().max() > 1e-3
+    assert (scaled(x)[0] - by_hand).abs().max() > 1e-3
 
 
 def test_attn_scale_none_changes_the_logits():

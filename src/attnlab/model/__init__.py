@@ -9,7 +9,8 @@ Where to find each section of the paper:
     3.1   encoder / decoder layers      layers.EncoderLayer, layers.DecoderLayer
     3.1   encoder / decoder stacks      stacks.Encoder, stacks.Decoder
     Fig.1 the model                     transformer.Transformer
-    incremental decoding state          cache.KVCache (cache.LayerCache, cache.AttentionCache)
+    what one forward pass shares        context.Context, context.AttentionContext
+    incremental decoding state          cache.KVCache (cache.SelfAttentionCache, cache.MemoryCache)
     skipping padding (real tokens only) packing.Packing (Transformer.forward's logits_at)
     beam search (Sec. 6.1)              decoding.beam_search
 The learning-rate schedule (Sec. 5.3) lives with the training code: attnlab.training.schedules.
@@ -24,7 +25,8 @@ import importlib
 
 _HOMES = {
     "attention": ("MultiHeadAttention", "scaled_dot_product_attention"),
-    "cache": ("AttentionCache", "KVCache", "LayerCache"),
+    "cache": ("KVCache", "LayerCache", "MemoryCache", "SelfAttentionCache"),
+    "context": ("AttentionContext", "Context"),
     "config": (
         "ACTIVATIONS",
         "ARCHS",

@@ -6,7 +6,7 @@ mask (True = may attend), which is what torch.nn.functional.scaled_dot_product_a
 
 Two paths compute the same attention:
 - the reference path, scaled_dot_product_attention below (Eq. 1 written out), returns the weights;
-  it runs when they are asked for (`need_weights`, Transformer.record_attention());
+  it runs when they are asked for (AttentionContext.need_weights, Transformer.record_attention());
 - the fused path calls F.scaled_dot_product_attention with as little mask as it needs, so torch
   may pick a fused kernel: no mask when nothing is masked, `is_causal=True` for a causal mask over
   T == S, nothing for a single new query (incremental decoding); an explicit mask only for
@@ -17,15 +17,14 @@ on both paths, never NaN.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.model.cache import AttentionCache
-from attnlab.model.config import ATTN_SCALES
-from attnlab.model.packing import Packing
+from attnlab.model.context import PLAIN, AttentionContext
 from attnlab.model.positional import apply_rope
-from attnlab.validation import choice_problem, raise_first
 
 
 def scaled_dot_product_attention(
@@ -84,6 +83,35 @@ def build_allowed(
     return allowed
 
 
+@dataclass(frozen=True)
+class SharedKeys:
+    """Beam search's shared memory: each key row serves `groups` consecutive query rows (the
+    beams of one sentence), and the keys and values are neither copied nor re-indexed. The g
+    query rows of a key row are folded into g * T queries of that one row."""
+
+    groups: int
+
+    @classmethod
+    def of(cls, b: int, b_keys: int, positional: bool) -> SharedKeys:
+        """B query rows against B' key rows; B' must divide B, and only without a causal mask
+        or ALiBi (their masks are per query position, not per row)."""
+        if b != b_keys and (b % b_keys or positional):
+            raise ValueError(
+                f"a query batch of {b} rows cannot share keys of {b_keys} rows"
+                + (" in causal or ALiBi attention" if positional else "")
+            )
+        return cls(b // b_keys)
+
+    def attend(self, attend, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext):
+        """attend(q, k, v, ctx) with q (B, H, T, d_k) against k, v (B', H, S, d_k): the output
+        (B, H, T, d_k) and the weights (B, H, T, S) or None."""
+        if self.groups == 1:
+            return attend(q, k, v, ctx)
+        out, weights = attend(fold_groups(q, self.groups), k, v, ctx)  # (B', H, g * T, ...)
+        weights = unfold_groups(weights, self.groups) if weights is not None else None
+        return unfold_groups(out, self.groups), weights
+
+
 def fold_groups(x: Tensor, groups: int) -> Tensor:
     """(B * g, H, T, d) -> (B, H, g * T, d): the g query rows that share one key row (the beams
     of one sentence) become g * T queries of a single row."""
@@ -103,8 +131,14 @@ class MultiHeadAttention(nn.Module):
 
     d_k = d_v = d_model / n_heads unless `d_k` is given (Table 3 rows (A), (B)).
     attn_scale="sqrt_dk" is Eq. 1's 1/sqrt(d_k); "none" leaves Q K^T unscaled (an ablation).
-    RoPE and ALiBi arrive as tables computed once per forward pass by the stack (`rope`, `alibi`
-    in forward); the layer passes them only to self-attention.
+    The arguments are trusted: TransformerConfig.validate() checks them for the model.
+
+    forward(x) is self-attention (Q, K and V from x); forward(x, memory) is cross-attention
+    (Q from x, K and V from the encoder's memory). Masks, relative positions (RoPE, ALiBi),
+    packing, the cache and whether to return the weights come in one AttentionContext.
+    To compare with torch.nn.MultiheadAttention(batch_first=True): ours(q, kv,
+    AttentionContext(key_padding_mask=m)) is theirs(q, kv, kv, key_padding_mask=m), with
+    in_proj_weight = cat(W^Q, W^K, W^V) and out_proj = W^O (tests/test_attention.py).
     """
 
     def __init__(
@@ -117,13 +151,7 @@ class MultiHeadAttention(nn.Module):
         attn_scale: str = "sqrt_dk",
     ):
         super().__init__()
-        if d_k is None:
-            if d_model % n_heads != 0:
-                raise ValueError(
-                    f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_k explicitly"
-                )
-            d_k = d_model // n_heads
-        raise_first([choice_problem("attn_scale", attn_scale, ATTN_SCALES)])
+        d_k = d_model // n_heads if d_k is None else d_k
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_k
         self.dropout = dropout
         self.scale = d_k**-0.5 if attn_scale == "sqrt_dk" else 1.0
@@ -131,16 +159,54 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_v = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_o = nn.Linear(n_heads * d_k, d_model, bias=bias)
-        self.record_weights = False  # set by Transformer.record_attention()
-        self.last_weights: Tensor | None = None
+
+    def forward(
+        self, x: Tensor, memory: Tensor | None = None, ctx: AttentionContext = PLAIN
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, d_model), or (N, d_model) with ctx.packing -> the output, shaped as x, and
+        the weights (B, H, T, S) when ctx.need_weights, else None. memory: (B', S, d_model),
+        B' = B or B' dividing B (SharedKeys)."""
+        if memory is None:
+            q, k, v = self._self_qkv(x, ctx)
+        else:
+            q, k, v = self._cross_qkv(x, memory, ctx)  # q (B, H, T, d_k), k, v (B', H, S, d_k)
+        shared = SharedKeys.of(q.size(0), k.size(0), ctx.causal or ctx.alibi is not None)
+        out, weights = shared.attend(self._attend, q, k, v, ctx)  # (B, H, T, d_k)
+        b, _, t, _ = q.shape
+        out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k)  # (B, T, H * d_k)
+        if ctx.packing is not None:
+            out = ctx.packing.pack(out)  # (N, H * d_k)
+        return self.w_o(out), weights
+
+    def _self_qkv(self, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V of x, each (B, H, T, d_k); with a cache, K and V after the cached ones."""
+        q, k, v = self._project(x, self.w_q, self.w_k, self.w_v, ctx=ctx)
+        if ctx.rope is not None:
+            q, k = apply_rope(q, *ctx.rope), apply_rope(k, *ctx.rope)
+        if ctx.cache is not None:
+            k, v = ctx.cache.extend(k, v)
+        return q, k, v
+
+    def _cross_qkv(self, x: Tensor, memory: Tensor, ctx: AttentionContext):
+        """Q of x (B, H, T, d_k); K, V of memory (B', H, S, d_k), from the cache after the
+        first decoding step."""
+        (q,) = self._project(x, self.w_q, ctx=ctx)
+        if ctx.rope is not None:
+            q = apply_rope(q, *ctx.rope)
+
+        def keys_values() -> tuple[Tensor, Tensor]:
+            k, v = self._project(memory, self.w_k, self.w_v)
+            return (apply_rope(k, *ctx.rope) if ctx.rope is not None else k), v
+
+        return q, *(ctx.cache.keys_values(keys_values) if ctx.cache else keys_values())
 
     def _project(
-        self, x: Tensor, *linears: nn.Linear, packing: Packing | None = None
+        self, x: Tensor, *linears: nn.Linear, ctx: AttentionContext | None = None
     ) -> tuple[Tensor, ...]:
         """x (B, T, d_model) through each of `linears` (W^Q, W^K, W^V), split into heads:
         a tuple of (B, H, T, d_k). Several projections of the same x are one matrix product
         with the weights side by side (as torch.nn.MultiheadAttention's in_proj), which is
-        faster than one product each; the parameters stay W^Q, W^K, W^V. With a `packing`,
+        faster than one product each; the parameters stay W^Q, W^K, W^V. With ctx.packing,
         x is (N, d_model), its real positions only; the heads get zeros at the pads."""
         if len(linears) == 1:
             y = linears[0](x)
@@ -148,116 +214,23 @@ class MultiHeadAttention(nn.Module):
             weight = torch.cat([lin.weight for lin in linears])
             bias = torch.cat([lin.bias for lin in linears]) if linears[0].bias is not None else None
             y = F.linear(x, weight, bias)  # (B, T, n * H * d_k), or (N, ...) packed
-        if packing is not None:
-            y = packing.unpack(y)
+        if ctx is not None and ctx.packing is not None:
+            y = ctx.packing.unpack(y)
         b, t, _ = y.shape
         heads = y.view(b, t, len(linears), self.n_heads, self.d_k).permute(2, 0, 3, 1, 4)
         return tuple(heads.unbind(0))  # each (B, H, T, d_k)
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        need_weights: bool = False,
-        cache: AttentionCache | None = None,
-        static_kv: bool = False,
-        rope: tuple[Tensor, Tensor] | None = None,
-        alibi: Tensor | None = None,
-        packing: Packing | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """query (B, T, d_model), key/value (B', S, d_model) -> output (B, T, d_model), weights.
-
-        key_padding_mask: (B', S) bool, True at pads, or None. causal: the T queries are the last
-        T of S positions and see no later key. weights are per head, (B, H, T, S), when
-        `need_weights` (the reference path), else None (the fused path).
-        `cache` enables incremental decoding: self-attention appends the new keys/values to the
-        cached ones; with `static_kv` (cross-attention) the projected memory is stored at the
-        first call and reused. `rope`: (cos, sin), each (T, d_k/2), for the new positions;
-        `alibi`: bias (1, H, T, S).
-        Shared memory (beam search): when B' < B, each key row serves B / B' consecutive query
-        rows (the beams of one sentence); keys and values are neither copied nor re-indexed.
-        `packing` (attnlab.model.packing): the query holds the N real positions of a (B, T)
-        batch, (N, d_model), and so does the output; the attention core runs on (B, T).
-        Self-attention keys and values are then the query's; cross-attention's stay (B', S).
-        """
-        if query is key and key is value and not static_kv:  # self-attention: one GEMM for Q, K, V
-            q, k, v = self._project(query, self.w_q, self.w_k, self.w_v, packing=packing)
-            if rope is not None:
-                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-            if cache is not None:
-                k, v = cache.append(k, v)
-        else:
-            (q,) = self._project(query, self.w_q, packing=packing)  # (B, H, T, d_k)
-            if rope is not None:
-                q = apply_rope(q, *rope)
-            k, v = self._keys_values(key, value, cache, static_kv, rope)  # (B', H, S, d_k)
-        b, _, t, _ = q.shape
-        groups = self._groups(b, k.size(0), causal or alibi is not None)
-        if groups > 1:
-            q = fold_groups(q, groups)  # (B', H, g * T, d_k)
-        out, weights = self._attend(q, k, v, key_padding_mask, causal, alibi, need_weights)
-        if groups > 1:
-            out = unfold_groups(out, groups)
-            weights = unfold_groups(weights, groups) if weights is not None else None
-        if self.record_weights:
-            self.last_weights = weights.detach()
-        out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k)  # (B, T, H * d_k)
-        if packing is not None:
-            out = packing.pack(out)  # (N, H * d_k)
-        return self.w_o(out), (weights if need_weights else None)
-
-    def _keys_values(
-        self,
-        key: Tensor,
-        value: Tensor,
-        cache: AttentionCache | None,
-        static_kv: bool,
-        rope: tuple[Tensor, Tensor] | None,
-    ) -> tuple[Tensor, Tensor]:
-        """Projected keys and values (B', H, S, d_k): new ones, with the cached ones before."""
-        if static_kv and cache is not None and cache.k is not None:
-            return cache.k, cache.v  # the memory, projected at the first step
-        if key is value:
-            k, v = self._project(key, self.w_k, self.w_v)  # (B', H, S_new, d_k) each
-        else:
-            (k,), (v,) = self._project(key, self.w_k), self._project(value, self.w_v)
-        if rope is not None:
-            k = apply_rope(k, *rope)
-        if cache is not None:
-            k, v = cache.append(k, v)  # static_kv: the first call stores the memory
-        return k, v
-
-    @staticmethod
-    def _groups(b: int, b_keys: int, positional: bool) -> int:
-        """How many query rows share one key row (1 unless the memory is shared by beams)."""
-        if b == b_keys:
-            return 1
-        if b % b_keys or positional:
-            raise ValueError(
-                f"a query batch of {b} rows cannot share keys of {b_keys} rows"
-                + (" in causal or ALiBi attention" if positional else "")
-            )
-        return b // b_keys
-
     def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Tensor | None,
-        causal: bool,
-        alibi: Tensor | None,
-        need_weights: bool,
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext
     ) -> tuple[Tensor, Tensor | None]:
-        """Eq. 1 on q (B, H, T, d_k), k, v (B, H, S, d_k): the reference path when weights are
-        wanted (or recorded), else the fused path. Returns (B, H, T, d_k) and the weights."""
+        """Eq. 1 on q (B, H, T, d_k), k, v (B, H, S, d_k): the reference path when the weights
+        are wanted, else the fused path. Returns (B, H, T, d_k) and the weights or None."""
         dropout_p = self.dropout if self.training else 0.0
-        alibi = alibi.to(q.dtype) if alibi is not None else None
-        if need_weights or self.record_weights:
-            allowed = build_allowed(key_padding_mask, causal, q.size(2), k.size(2), q.device)
+        alibi = ctx.alibi.to(q.dtype) if ctx.alibi is not None else None
+        key_padding_mask, causal = ctx.key_padding_mask, ctx.causal
+        t, s = q.size(2), k.size(2)
+        if ctx.need_weights:
+            allowed = build_allowed(key_padding_mask, causal, t, s, q.device)
             return scaled_dot_product_attention(q, k, v, allowed, alibi, dropout_p, self.scale)
         return self._fused(q, k, v, key_padding_mask, causal, alibi, dropout_p), None
 

@@ -2,13 +2,15 @@
 
 Layout: every cached tensor is (B, H, S, d_k): batch row, head, key position, head width (the
 layout attention computes in, so a cached tensor is used as is). Self-attention caches grow by
-the new positions at every step. Cross-attention caches hold the projected encoder memory,
-computed at the first step and never changed: beam search shares one memory row among the
-beams of a sentence (see MultiHeadAttention), so reordering beams never touches it.
+the new positions at every step (SelfAttentionCache.extend). Cross-attention caches hold the
+projected encoder memory, computed at the first step and never changed (MemoryCache.keys_values):
+beam search shares one memory row among the beams of a sentence (see MultiHeadAttention), so
+reordering beams never touches it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -16,21 +18,16 @@ from torch import Tensor
 
 
 @dataclass
-class AttentionCache:
-    """Keys and values of one attention layer, each (B, H, S, d_k); None before the first
-    step."""
+class SelfAttentionCache:
+    """Keys and values of the positions decoded so far, each (B, H, S, d_k); None before the
+    first step."""
 
     k: Tensor | None = None
     v: Tensor | None = None
 
-    @property
-    def length(self) -> int:
-        """Cached key positions S (0 when empty)."""
-        return 0 if self.k is None else self.k.size(2)
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add the new positions k, v (B, H, T, d_k); return all keys and values (B, H, S+T,
-        d_k)."""
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new positions k, v (B, H, T, d_k); return all keys and values
+        (B, H, S + T, d_k)."""
         if self.k is not None:
             k = torch.cat([self.k, k], dim=2)
             v = torch.cat([self.v, v], dim=2)
@@ -38,18 +35,32 @@ class AttentionCache:
         return k, v
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (N,), in that order."""
+        """Keep batch rows `index` (N,), in that order (beam search's new hypotheses)."""
         if self.k is not None:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
 
 
 @dataclass
+class MemoryCache:
+    """The projected encoder memory of one cross-attention layer, each (B', H, S, d_k)."""
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    def keys_values(self, project: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        """The memory's keys and values: projected by `project()` at the first step, then kept."""
+        if self.k is None:
+            self.k, self.v = project()
+        return self.k, self.v
+
+
+@dataclass
 class LayerCache:
     """One decoder layer: masked self-attention (grows) and cross-attention (fixed)."""
 
-    self_attn: AttentionCache = field(default_factory=AttentionCache)
-    cross_attn: AttentionCache = field(default_factory=AttentionCache)
+    self_attn: SelfAttentionCache = field(default_factory=SelfAttentionCache)
+    cross_attn: MemoryCache = field(default_factory=MemoryCache)
 
 
 class KVCache:

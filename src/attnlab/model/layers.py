@@ -13,9 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.model.attention import MultiHeadAttention
-from attnlab.model.cache import LayerCache
 from attnlab.model.config import TransformerConfig
-from attnlab.model.packing import Packing
+from attnlab.model.context import Context
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -85,24 +84,11 @@ class EncoderLayer(nn.Module):
         self.attn_block = Residual(cfg)
         self.ffn_block = Residual(cfg)
 
-    def forward(
-        self,
-        x: Tensor,
-        padding_mask: Tensor | None,
-        rope: tuple[Tensor, Tensor] | None = None,
-        alibi: Tensor | None = None,
-        packing: Packing | None = None,
-    ) -> Tensor:
-        """x: (B, S, d_model), or (N, d_model) with a `packing` (its real positions only);
-        padding_mask: (B, S) bool, True at pads, or None (no pads, or pads left visible);
-        rope, alibi: the stack's tables for these S positions."""
-
-        def attend(h: Tensor) -> Tensor:
-            return self.self_attn(
-                h, h, h, key_padding_mask=padding_mask, rope=rope, alibi=alibi, packing=packing
-            )[0]
-
-        x = self.attn_block(x, attend)
+    def forward(self, x: Tensor, ctx: Context) -> Tensor:
+        """x: (B, S, d_model), or (N, d_model) with ctx.packing (its real positions only);
+        ctx: the stack's forward pass (padding mask, relative positions)."""
+        attention = ctx.self_attention(causal=False)
+        x = self.attn_block(x, lambda h: self.self_attn(h, ctx=attention)[0])
         return self.ffn_block(x, self.ffn)
 
 
@@ -125,40 +111,13 @@ class DecoderLayer(nn.Module):
         self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.ffn_block = Residual(cfg)
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None = None,
-        memory_padding_mask: Tensor | None = None,
-        cache: LayerCache | None = None,
-        rope: tuple[Tensor, Tensor] | None = None,
-        alibi: Tensor | None = None,
-        packing: Packing | None = None,
-    ) -> Tensor:
-        """x: (B, T, d_model), or (N, d_model) with a `packing` (its real positions only);
-        memory: (B', S, d_model) from the encoder (B' may divide B, see MultiHeadAttention);
-        memory_padding_mask: (B', S) bool or None; cache: this layer's keys and values;
-        rope, alibi: the stack's tables for the T new positions."""
-
-        def self_attend(h: Tensor) -> Tensor:
-            self_cache = cache.self_attn if cache is not None else None
-            return self.self_attn(
-                h, h, h, causal=True, cache=self_cache, rope=rope, alibi=alibi, packing=packing
-            )[0]
-
-        def cross_attend(h: Tensor) -> Tensor:
-            cross_cache = cache.cross_attn if cache is not None else None
-            return self.cross_attn(
-                h,
-                memory,
-                memory,
-                key_padding_mask=memory_padding_mask,
-                cache=cross_cache,
-                static_kv=True,
-                packing=packing,
-            )[0]
-
-        x = self.self_block(x, self_attend)
+    def forward(self, x: Tensor, ctx: Context) -> Tensor:
+        """x: (B, T, d_model), or (N, d_model) with ctx.packing (its real positions only);
+        ctx: the stack's forward pass (the encoder's memory and its mask, this layer's cache,
+        relative positions)."""
+        masked = ctx.self_attention(causal=True)
+        x = self.self_block(x, lambda h: self.self_attn(h, ctx=masked)[0])
         if self.cross_attn is not None:
-            x = self.cross_block(x, cross_attend)
+            cross = ctx.cross_attention()
+            x = self.cross_block(x, lambda h: self.cross_attn(h, ctx.memory, cross)[0])
         return self.ffn_block(x, self.ffn)

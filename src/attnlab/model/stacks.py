@@ -11,12 +11,15 @@ are real: the position-wise work of the layers then runs on the real tokens only
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.model.cache import KVCache
 from attnlab.model.config import TransformerConfig
+from attnlab.model.context import Context
 from attnlab.model.layers import DecoderLayer, Embeddings, EncoderLayer, make_norm
 from attnlab.model.packing import Packing
 from attnlab.model.positional import (
@@ -95,13 +98,12 @@ class _Stack(nn.Module):
         alibi = self.alibi(t, s, like.device, like.dtype) if self.alibi is not None else None
         return rope, alibi
 
-    def call_layer(self, layer: nn.Module, *args, may_checkpoint: bool = True, **kwargs):
-        """layer(*args, **kwargs); under activation checkpointing (training, with autograd)
-        its activations are recomputed in the backward pass instead of stored."""
-        if self.activation_checkpointing and self.training and may_checkpoint:
-            if torch.is_grad_enabled():
-                return checkpoint(layer, *args, use_reentrant=False, **kwargs)
-        return layer(*args, **kwargs)
+    def call_layer(self, layer: nn.Module, x: Tensor, ctx: Context) -> Tensor:
+        """layer(x, ctx); under activation checkpointing (training, with autograd) its
+        activations are recomputed in the backward pass instead of stored."""
+        if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(layer, x, ctx, use_reentrant=False)
+        return layer(x, ctx)
 
     def finish(self, x: Tensor, packing: Packing | None) -> Tensor:
         """The final norm (Pre-LN); packed rows back to (B, T, d_model), zeros at the pads."""
@@ -117,19 +119,23 @@ class Encoder(_Stack):
         super().__init__(cfg, embeddings, layers)
         self.mask_source_padding = cfg.mask_source_padding
 
-    def forward(self, src: Tensor, skip_padding: bool = False) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, src: Tensor, skip_padding: bool = False, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, d_model), padding mask (B, S) bool (True at pads).
-        skip_padding: the caller needs no output at the pads (they are zeros then)."""
+        skip_padding: the caller needs no output at the pads (they are zeros then).
+        need_weights: every attention layer returns its weights (Transformer.record_attention)."""
         padding_mask = src.eq(self.pad_id)
         key_mask = source_key_mask(padding_mask, self.mask_source_padding)
         masked = key_mask is not None  # outside torch.compile: the source has pads, masked
         packing = self.packing(src, skip_padding, pads_hidden=masked, known_padded=masked)
         x = self.embed(src)
         rope, alibi = self.relative_positions(src.size(1), src.size(1), x)
+        ctx = Context(key_mask, rope=rope, alibi=alibi, packing=packing, need_weights=need_weights)
         if packing is not None:
             x = packing.pack(x)  # (N, d_model)
         for layer in self.layers:
-            x = self.call_layer(layer, x, key_mask, rope=rope, alibi=alibi, packing=packing)
+            x = self.call_layer(layer, x, ctx)
         return self.finish(x, packing), padding_mask
 
 
@@ -151,6 +157,7 @@ class Decoder(_Stack):
         memory_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
         skip_padding: bool | Tensor = False,
+        need_weights: bool = False,
     ) -> Tensor:
         """tgt_in (B, T) -> hidden states (B, T, d_model).
 
@@ -160,28 +167,29 @@ class Decoder(_Stack):
         positions, which follow the cache.length processed before; the cache then advances.
         skip_padding: the caller needs no output at the pads (they are zeros then), or a (B, T)
         bool of the positions it needs; targets are right-padded, so the causal mask hides a
-        target's pads from its real tokens and, without a cache, the layers may skip them."""
+        target's pads from its real tokens and, without a cache, the layers may skip them.
+        need_weights: every attention layer returns its weights (Transformer.record_attention)."""
         t = tgt_in.size(1)
         offset = cache.length if cache is not None else 0
         key_mask = source_key_mask(memory_padding_mask, self.mask_source_padding)
         packing = self.packing(tgt_in, skip_padding, pads_hidden=cache is None)
         x = self.embed(tgt_in, offset)
         rope, alibi = self.relative_positions(t, offset + t, x)
+        ctx = Context(
+            memory=memory,
+            memory_padding_mask=key_mask,
+            rope=rope,
+            alibi=alibi,
+            packing=packing,
+            need_weights=need_weights,
+        )
         if packing is not None:
             x = packing.pack(x)  # (N, d_model)
         for i, layer in enumerate(self.layers):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x = self.call_layer(
-                layer,
-                x,
-                memory,
-                key_mask,
-                layer_cache,
-                rope=rope,
-                alibi=alibi,
-                packing=packing,
-                may_checkpoint=cache is None,  # a recomputed step would append to the cache twice
-            )
+            if cache is None:
+                x = self.call_layer(layer, x, ctx)
+            else:  # not checkpointed: a recomputed step would extend the cache twice
+                x = layer(x, replace(ctx, cache=cache.layers[i]))
         if cache is not None:
             cache.length += t
         return self.finish(x, packing)

@@ -47,6 +47,7 @@ class Transformer(nn.Module):
         # Pre-softmax linear transformation (Sec. 3.4), tied to the embeddings when shared.
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.reset_parameters()
+        self._recorded: dict[str, Tensor] | None = None  # record_attention(): the last weights
         if cfg.share_embeddings:
             self.generator.weight = tgt_embeddings.table.weight
 
@@ -83,7 +84,7 @@ class Transformer(nn.Module):
         skip_padding: the memory at the pads is not needed (zeros then; see Encoder)."""
         if self.encoder is None:
             raise RuntimeError("encode() needs arch='encoder_decoder'")
-        return self.encoder(src, skip_padding)
+        return self.encoder(src, skip_padding, need_weights=self._recorded is not None)
 
     def decode(
         self,
@@ -97,7 +98,9 @@ class Transformer(nn.Module):
         (B, T) bool. With a cache, tgt_in holds only the new positions. See Decoder.forward
         for memory shared by beams."""
         skip = logits_at if logits_at is not None else False
-        hidden = self.decoder(tgt_in, memory, memory_padding_mask, cache, skip)  # (B, T, d_model)
+        hidden = self.decoder(  # (B, T, d_model)
+            tgt_in, memory, memory_padding_mask, cache, skip, self._recorded is not None
+        )
         if logits_at is not None:
             hidden = hidden[logits_at]  # (N, d_model)
         return self.generator(hidden)
@@ -129,22 +132,27 @@ class Transformer(nn.Module):
 
     @contextlib.contextmanager
     def record_attention(self):
-        """Inside the block every attention layer keeps its last weights (B, H, T, S), read with
-        attention_weights(). Recording forces the reference (weight-returning) path."""
-        modules = [m for _, m in self.attention_modules()]
-        for m in modules:
-            m.record_weights = True
+        """Inside the block every attention layer returns its weights (B, H, T, S) (the
+        reference path of Eq. 1), and a forward hook on each keeps the last ones, read with
+        attention_weights()."""
+        self._recorded = {}
+
+        def keep(name: str):
+            def hook(module, args, output) -> None:
+                if output[1] is not None:
+                    self._recorded[name] = output[1].detach()
+
+            return hook
+
+        hooks = [m.register_forward_hook(keep(n)) for n, m in self.attention_modules()]
         try:
             yield self
         finally:
-            for m in modules:
-                m.record_weights = False
-                m.last_weights = None
+            for hook in hooks:
+                hook.remove()
+            self._recorded = None
 
     def attention_weights(self) -> dict[str, Tensor]:
-        """{"encoder.layers.0.self_attn": (B, H, T, S), ...} from the last forward pass."""
-        return {
-            name: m.last_weights
-            for name, m in self.attention_modules()
-            if m.last_weights is not None
-        }
+        """{"encoder.layers.0.self_attn": (B, H, T, S), ...} from the last forward pass inside
+        record_attention()."""
+        return dict(self._recorded or {})
