@@ -21,18 +21,10 @@ from omegaconf import MISSING
 
 from attnlab.config.data_schema import TEXT_DATA_SCHEMAS
 from attnlab.config.resolvers import register as register_resolvers
+from attnlab.config.structured import structured
 from attnlab.config.trainer_schema import TrainerConfig
 from attnlab.data.options import SYNTHETIC_TASKS
-from attnlab.model.config import (
-    ACTIVATIONS,
-    ARCHS,
-    ATTN_SCALES,
-    INITS,
-    NORM_POSITIONS,
-    NORM_TYPES,
-    POS_ENCODINGS,
-    TransformerConfig,
-)
+from attnlab.model.config import ARCHS, TransformerConfig
 from attnlab.training.options import LOSS_NORMALIZATIONS, OPTIMIZERS
 from attnlab.training.schedules import SCHEDULERS
 
@@ -42,53 +34,25 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 
 Arch = _choices("Arch", ARCHS)
-NormPosition = _choices("NormPosition", NORM_POSITIONS)
-NormType = _choices("NormType", NORM_TYPES)
-PosEncoding = _choices("PosEncoding", POS_ENCODINGS)
-Init = _choices("Init", INITS)
-Activation = _choices("Activation", ACTIVATIONS)
-AttnScale = _choices("AttnScale", ATTN_SCALES)
 Scheduler = _choices("Scheduler", SCHEDULERS)
 Optimizer = _choices("Optimizer", OPTIMIZERS)
 SyntheticTask = _choices("SyntheticTask", SYNTHETIC_TASKS)
 LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
 
-_TC = TransformerConfig  # schema defaults are the paper's base model, as in TransformerConfig
-
-
-# Keys of `model` that configure how the harness runs the model, not the model itself.
+# The `model` group: TransformerConfig's fields (its only declaration, attnlab.model.config)
+# minus vocab_size and pad_id, which come from the data, plus the harness's own switches
+# HARNESS_MODEL_KEYS: the preset's name, and torch.compile of the model inside the
+# LightningModule (checkpoints keep their plain keys).
 HARNESS_MODEL_KEYS = ("name", "compile")
-
-
-@dataclass
-class ModelConfig:
-    """TransformerConfig minus vocab_size and pad_id, which come from the data, plus the
-    harness switches HARNESS_MODEL_KEYS."""
-
-    name: str = "transformer_base"
-    arch: Arch = Arch(_TC.arch)
-    d_model: int = _TC.d_model
-    n_heads: int = _TC.n_heads
-    d_k: int | None = _TC.d_k
-    d_ff: int = _TC.d_ff
-    n_encoder_layers: int = _TC.n_encoder_layers
-    n_decoder_layers: int = _TC.n_decoder_layers
-    dropout: float = _TC.dropout
-    attn_dropout: float = _TC.attn_dropout
-    norm_position: NormPosition = NormPosition(_TC.norm_position)
-    norm_type: NormType = NormType(_TC.norm_type)
-    pos_encoding: PosEncoding = PosEncoding(_TC.pos_encoding)
-    max_len: int | None = _TC.max_len
-    share_embeddings: bool = _TC.share_embeddings
-    init: Init = Init(_TC.init)
-    activation: Activation = Activation(_TC.activation)
-    attn_scale: AttnScale = AttnScale(_TC.attn_scale)  # none: no 1/sqrt(d_k) (a classic bug)
-    mask_source_padding: bool = _TC.mask_source_padding  # false: queries see source pads
-    activation_checkpointing: bool = _TC.activation_checkpointing  # recompute layers in backward
-    skip_padding: bool = _TC.skip_padding  # position-wise work on real tokens only
-    # Harness switches (HARNESS_MODEL_KEYS), not TransformerConfig fields: torch.compile the
-    # model inside the LightningModule; checkpoints keep their plain keys.
-    compile: bool = False
+ModelConfig = structured(
+    TransformerConfig,
+    "ModelConfig",
+    drop=("vocab_size", "pad_id"),
+    head=(("name", str, "transformer_base"),),
+    tail=(("compile", bool, False),),
+    doc="TransformerConfig minus vocab_size and pad_id (from the data), plus the harness "
+    "switches HARNESS_MODEL_KEYS.",
+)
 
 
 @dataclass

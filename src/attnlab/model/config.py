@@ -1,8 +1,15 @@
-"""TransformerConfig: every architectural choice, and every ablation axis, is one field here."""
+"""TransformerConfig: every architectural choice, and every ablation axis, is one field here.
+
+This is the only declaration of the model's options: a choice field's `Literal` type lists its
+choices (the tuples below are read from it), and attnlab-train's `model` config group is built
+from this class (attnlab.config.structured), so a new switch is one field here and the code that
+uses it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal, get_args
 
 from attnlab.validation import (
     choice_problem,
@@ -13,13 +20,21 @@ from attnlab.validation import (
     raise_first,
 )
 
-ARCHS = ("encoder_decoder", "decoder_only")
-NORM_POSITIONS = ("pre", "post")
-NORM_TYPES = ("layernorm", "rmsnorm")
-POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
-INITS = ("xavier", "depth_scaled")
-ACTIVATIONS = ("relu", "gelu")
-ATTN_SCALES = ("sqrt_dk", "none")
+Arch = Literal["encoder_decoder", "decoder_only"]
+NormPosition = Literal["pre", "post"]
+NormType = Literal["layernorm", "rmsnorm"]
+PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
+Init = Literal["xavier", "depth_scaled"]
+Activation = Literal["relu", "gelu"]
+AttnScale = Literal["sqrt_dk", "none"]
+
+ARCHS = get_args(Arch)
+NORM_POSITIONS = get_args(NormPosition)
+NORM_TYPES = get_args(NormType)
+POS_ENCODINGS = get_args(PosEncoding)
+INITS = get_args(Init)
+ACTIVATIONS = get_args(Activation)
+ATTN_SCALES = get_args(AttnScale)
 
 
 @dataclass
@@ -41,8 +56,8 @@ class TransformerConfig:
     float rounding (with dropout, other random masks are drawn).
     """
 
-    vocab_size: int = 37000
-    arch: str = "encoder_decoder"
+    vocab_size: int = 37000  # from the data (attnlab-train sets it)
+    arch: Arch = "encoder_decoder"
     d_model: int = 512
     n_heads: int = 8
     d_k: int | None = None
@@ -51,18 +66,18 @@ class TransformerConfig:
     n_decoder_layers: int = 6
     dropout: float = 0.1
     attn_dropout: float = 0.0
-    norm_position: str = "post"
-    norm_type: str = "layernorm"
-    pos_encoding: str = "sinusoidal"
+    norm_position: NormPosition = "post"
+    norm_type: NormType = "layernorm"
+    pos_encoding: PosEncoding = "sinusoidal"
     max_len: int | None = 1024
     share_embeddings: bool = True
-    init: str = "xavier"
-    activation: str = "relu"
-    pad_id: int = 0
-    attn_scale: str = "sqrt_dk"
-    mask_source_padding: bool = True
-    activation_checkpointing: bool = False
-    skip_padding: bool = True
+    init: Init = "xavier"
+    activation: Activation = "relu"
+    pad_id: int = 0  # from the data (attnlab-train sets it)
+    attn_scale: AttnScale = "sqrt_dk"  # none: no 1/sqrt(d_k) (a classic bug)
+    mask_source_padding: bool = True  # false: queries see source pads (a classic bug)
+    activation_checkpointing: bool = False  # recompute layers in backward
+    skip_padding: bool = True  # position-wise work on real tokens only
 
     def __post_init__(self) -> None:
         self.validate()
