@@ -131,6 +131,9 @@ class MultiHeadAttention(nn.Module):
 
     d_k = d_v = d_model / n_heads unless `d_k` is given (Table 3 rows (A), (B)).
     attn_scale="sqrt_dk" is Eq. 1's 1/sqrt(d_k); "none" leaves Q K^T unscaled (an ablation).
+    qk_norm: a LayerNorm over d_k on each head's queries and keys before the dot product
+    (Dehghani et al., 2023, "Scaling Vision Transformers to 22 Billion Parameters"), which
+    bounds the attention logits; off, Q and K are the projections as in the paper.
     The arguments are trusted: TransformerConfig.validate() checks them for the model.
 
     forward(x) is self-attention (Q, K and V from x); forward(x, memory) is cross-attention
@@ -149,6 +152,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         attn_scale: str = "sqrt_dk",
+        qk_norm: bool = False,
     ):
         super().__init__()
         d_k = d_model // n_heads if d_k is None else d_k
@@ -159,6 +163,8 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_v = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_o = nn.Linear(n_heads * d_k, d_model, bias=bias)
+        self.q_norm = nn.LayerNorm(d_k, eps=1e-6) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(d_k, eps=1e-6) if qk_norm else nn.Identity()
 
     def forward(
         self, x: Tensor, memory: Tensor | None = None, ctx: AttentionContext = PLAIN
@@ -181,6 +187,7 @@ class MultiHeadAttention(nn.Module):
     def _self_qkv(self, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V of x, each (B, H, T, d_k); with a cache, K and V after the cached ones."""
         q, k, v = self._project(x, self.w_q, self.w_k, self.w_v, ctx=ctx)
+        q, k = self.q_norm(q), self.k_norm(k)
         if ctx.rope is not None:
             q, k = apply_rope(q, *ctx.rope), apply_rope(k, *ctx.rope)
         if ctx.cache is not None:
@@ -191,11 +198,13 @@ class MultiHeadAttention(nn.Module):
         """Q of x (B, H, T, d_k); K, V of memory (B', H, S, d_k), from the cache after the
         first decoding step."""
         (q,) = self._project(x, self.w_q, ctx=ctx)
+        q = self.q_norm(q)
         if ctx.rope is not None:
             q = apply_rope(q, *ctx.rope)
 
         def keys_values() -> tuple[Tensor, Tensor]:
             k, v = self._project(memory, self.w_k, self.w_v)
+            k = self.k_norm(k)
             return (apply_rope(k, *ctx.rope) if ctx.rope is not None else k), v
 
         return q, *(ctx.cache.keys_values(keys_values) if ctx.cache else keys_values())

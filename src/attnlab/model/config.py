@@ -78,6 +78,7 @@ class TransformerConfig:
     mask_source_padding: bool = True  # false: queries see source pads (a classic bug)
     activation_checkpointing: bool = False  # recompute layers in backward
     skip_padding: bool = True  # position-wise work on real tokens only
+    qk_norm: bool = False  # LayerNorm on each head's queries and keys (Dehghani et al., 2023)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -178,6 +179,7 @@ class TransformerConfig:
             "mask_source_padding",
             "activation_checkpointing",
             "skip_padding",
+            "qk_norm",
         )
         return [
             not_valid(name, getattr(self, name), "true or false")

@@ -70,7 +70,12 @@ class Residual(nn.Module):
 
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
-        cfg.d_model, cfg.n_heads, cfg.d_k, cfg.attn_dropout, attn_scale=cfg.attn_scale
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.d_k,
+        cfg.attn_dropout,
+        attn_scale=cfg.attn_scale,
+        qk_norm=cfg.qk_norm,
     )
 
 
