@@ -15,7 +15,7 @@ from attnlab.config.plain import to_plain
 from attnlab.config.schema import HARNESS_MODEL_KEYS, ModelConfig
 from attnlab.config.trainer_schema import ATTNLAB_SETS, TrainerConfig
 from attnlab.config.validate import transformer_config, validate_config
-from attnlab.data.options import SYNTHETIC_TASKS
+from attnlab.data.configs import SYNTHETIC_TASKS
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.runs.dotted import flatten
 from attnlab.runs.loggers import build_loggers

@@ -1,6 +1,7 @@
 """The text data options of the `data` group (multi30k, parallel_text, lm_text,
-tinyshakespeare) and the text presets: typed schemas that mirror the DataModules, the data
-preflight (one line per problem, exit 2), and which runs compute greedy exact match."""
+tinyshakespeare) and the text presets: typed schemas made from the DataModules' own option
+classes (attnlab.data.configs, the one declaration), the data preflight (one line per problem,
+exit 2), and which runs compute greedy exact match."""
 
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -10,12 +11,7 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
 from attnlab.config.data_check import DataConfigError
-from attnlab.config.data_schema import (
-    LMTextDataConfig,
-    Multi30kDataConfig,
-    ParallelTextDataConfig,
-    TinyShakespeareDataConfig,
-)
+from attnlab.config.data_schema import DATA_SCHEMAS
 from attnlab.config.plain import to_plain
 from attnlab.config.preflight import preflight
 from attnlab.config.validate import exact_match_enabled, validate_config
@@ -27,40 +23,46 @@ DATA = Path(__file__).parents[2] / "shared" / "data"
 MULTI30K = DATA / "multi30k"
 needs_data = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"{MULTI30K} absent")
 
-# Arguments a subclass inherits but rejects (it reads its files from data.root).
-REJECTED = {
-    "multi30k": {f"{s}_{side}" for s in ("train", "val", "test") for side in ("src", "tgt")},
-    "tinyshakespeare": {"path"},
-}
 SCHEMAS = {
-    "parallel_text": (ParallelTextDataConfig, TranslationDataModule),
-    "multi30k": (Multi30kDataConfig, Multi30kDataModule),
-    "lm_text": (LMTextDataConfig, LMTextDataModule),
-    "tinyshakespeare": (TinyShakespeareDataConfig, TinyShakespeareDataModule),
+    "parallel_text": (DATA_SCHEMAS["parallel_text_data_schema"], TranslationDataModule),
+    "multi30k": (DATA_SCHEMAS["multi30k_data_schema"], Multi30kDataModule),
+    "lm_text": (DATA_SCHEMAS["lm_text_data_schema"], LMTextDataModule),
+    "tinyshakespeare": (DATA_SCHEMAS["tinyshakespeare_data_schema"], TinyShakespeareDataModule),
 }
-
-
-def _constructor_defaults(cls) -> dict:
-    """Every argument of cls.__init__ (following **kwargs up the hierarchy) with its default."""
-    args, _ = cls.arguments({})
-    return args
 
 
 @pytest.mark.parametrize("option", sorted(SCHEMAS))
-def test_schema_mirrors_the_datamodule(option):
+def test_schema_is_the_datamodules_options(option):
+    """The schema has the module's options, their defaults (seed: the run's) and its target."""
     schema, cls = SCHEMAS[option]
-    defaults = _constructor_defaults(cls)
-    names = {f.name for f in fields(schema)} - {"_target_"}
-    assert names == set(defaults) - REJECTED.get(option, set())
+    defaults, _ = cls.arguments({})
+    assert {f.name for f in fields(schema)} - {"_target_"} == set(defaults)
     for f in fields(schema):
         if f.name in ("_target_", "seed"):
-            continue  # seed follows the run's ${seed}
+            assert f.name == "_target_" or f.default == "${seed}"
+            continue
         value = f.default_factory() if f.default is MISSING else f.default
-        value = getattr(value, "value", value)  # Enums -> str
-        expected = defaults[f.name]
-        assert value == (list(expected) if isinstance(expected, tuple) else expected), f.name
+        assert getattr(value, "value", value) == defaults[f.name], f.name  # Enums -> str
     target = next(f.default for f in fields(schema) if f.name == "_target_")
     assert target == f"{cls.__module__}.{cls.__name__}"
+
+
+def test_a_new_data_option_is_one_field_of_the_options_class(monkeypatch):
+    """A field added to Multi30kDataConfig reaches the module's arguments and a remade schema."""
+    from dataclasses import dataclass
+
+    from attnlab.config.data_schema import _schema
+    from attnlab.data.configs import Multi30kDataConfig
+
+    @dataclass
+    class WithLowercase(Multi30kDataConfig):
+        lowercase: bool = False
+
+    monkeypatch.setattr(Multi30kDataModule, "config_class", WithLowercase)
+    args, problems = Multi30kDataModule.arguments({"lowercase": True})
+    assert problems == [] and args["lowercase"] is True
+    schema = _schema("x", WithLowercase, "attnlab.data.translation.Multi30kDataModule")
+    assert "lowercase" in {f.name for f in fields(schema)}
 
 
 @pytest.mark.parametrize("option", sorted(SCHEMAS))

@@ -47,7 +47,7 @@ def check_data_config(data_cfg: Mapping) -> list[str]:
         return []
     kwargs = {k: v for k, v in data_cfg.items() if not (k.startswith("_") and k.endswith("_"))}
     args, problems = cls.arguments(kwargs)
-    problems += cls.arg_problems(args)
+    problems += cls.arg_problems(args) + ([] if problems else cls.place_problems(args))
     groups = list(cls.expected_files(args))
     if tokenizer_path := as_path(args.get("tokenizer_path")):
         groups.append([DataFile("data.tokenizer_path", tokenizer_path, kind="sentencepiece")])

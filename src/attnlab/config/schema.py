@@ -19,11 +19,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from attnlab.config.data_schema import TEXT_DATA_SCHEMAS
+from attnlab.config.data_schema import DATA_SCHEMAS
 from attnlab.config.resolvers import register as register_resolvers
 from attnlab.config.structured import structured
 from attnlab.config.trainer_schema import TrainerConfig
-from attnlab.data.options import SYNTHETIC_TASKS
 from attnlab.model.config import ARCHS, TransformerConfig
 from attnlab.training.options import LOSS_NORMALIZATIONS, OPTIMIZERS
 from attnlab.training.schedules import SCHEDULERS
@@ -36,8 +35,10 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 Arch = _choices("Arch", ARCHS)
 Scheduler = _choices("Scheduler", SCHEDULERS)
 Optimizer = _choices("Optimizer", OPTIMIZERS)
-SyntheticTask = _choices("SyntheticTask", SYNTHETIC_TASKS)
 LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
+
+# The synthetic data's schema (the type of a composed cfg.data of data=copy|reverse|sort).
+SYNTHETIC_SCHEMA = DATA_SCHEMAS["synthetic_data_schema"]
 
 # The `model` group: TransformerConfig's fields (its only declaration, attnlab.model.config)
 # minus vocab_size and pad_id, which come from the data, plus the harness's own switches
@@ -53,28 +54,6 @@ ModelConfig = structured(
     doc="TransformerConfig minus vocab_size and pad_id (from the data), plus the harness "
     "switches HARNESS_MODEL_KEYS.",
 )
-
-
-@dataclass
-class SyntheticDataConfig:
-    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive: train_len
-    (training), val_len (validation, which selects the checkpoint; null: train_len), eval_len (the
-    test split); eval_lengths: lengths scored one by one at the end (length extrapolation)."""
-
-    _target_: str = "attnlab.data.synthetic.SyntheticDataModule"
-    name: SyntheticTask = SyntheticTask.reverse
-    arch: Arch = "${model.arch}"  # the model decides the batch format (seq2seq or lm)
-    n_symbols: int = 16
-    train_len: list[int] = field(default_factory=lambda: [1, 12])
-    eval_len: list[int] = field(default_factory=lambda: [1, 12])
-    val_len: list[int] | None = None
-    eval_lengths: list[int] = field(default_factory=list)
-    batch_size: int = 64
-    train_size: int = 1_000_000
-    val_size: int = 512
-    test_size: int = 1024
-    seed: int = "${seed}"
-    num_workers: int = 0
 
 
 @dataclass
@@ -188,12 +167,11 @@ class TrainConfig:
 
 def register_configs() -> None:
     """Store `train_schema`, the base of conf/train.yaml (it types every group but `data`), and
-    `synthetic_data_schema`, named by the synthetic data files (`/synthetic_data_schema@_here_`);
-    other data modules may register their own."""
+    each data module's schema, named by its conf/data files (`/synthetic_data_schema@_here_`,
+    attnlab.config.data_schema.DATA_SCHEMAS)."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
-    cs.store(name="synthetic_data_schema", node=SyntheticDataConfig)
-    for name, schema in TEXT_DATA_SCHEMAS.items():  # attnlab.config.data_schema
+    for name, schema in DATA_SCHEMAS.items():  # attnlab.config.data_schema
         cs.store(name=name, node=schema)
     register_resolvers()  # ${attnlab_accumulation:...} and friends in presets
 

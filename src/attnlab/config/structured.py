@@ -47,18 +47,22 @@ def structured(
     drop: tuple[str, ...] = (),
     head: tuple[tuple[str, Any, Any], ...] = (),
     tail: tuple[tuple[str, Any, Any], ...] = (),
+    defaults: dict[str, Any] | None = None,
     doc: str | None = None,
 ) -> type:
     """An OmegaConf structured config with the fields of dataclass `cls` (minus `drop`),
     Literal choices as Enums; `head` and `tail`: (name, type, default) fields added before and
-    after them (the harness's own switches)."""
+    after them (the harness's own switches); `defaults`: field -> a default that replaces the
+    declared one (an interpolation such as "${seed}")."""
     hints = get_type_hints(cls)
     fields: list[tuple[str, Any, Any]] = list(head)
     for f in dataclasses.fields(cls):
         if f.name in drop:
             continue
         tp = omegaconf_type(hints[f.name], f.name)
-        if f.default_factory is not dataclasses.MISSING:
+        if defaults and f.name in defaults:
+            fields.append((f.name, tp, dataclasses.field(default=defaults[f.name])))
+        elif f.default_factory is not dataclasses.MISSING:
             fields.append((f.name, tp, dataclasses.field(default_factory=f.default_factory)))
         else:
             fields.append((f.name, tp, dataclasses.field(default=_default(tp, f.default))))

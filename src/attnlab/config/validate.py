@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.config.data_check import DataConfigError, check_data_config
 from attnlab.config.plain import to_plain
 from attnlab.config.resolvers import world_size
-from attnlab.config.schema import HARNESS_MODEL_KEYS, SyntheticDataConfig
+from attnlab.config.schema import HARNESS_MODEL_KEYS, SYNTHETIC_SCHEMA
 from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
@@ -68,7 +68,7 @@ def _prefix_fields(message: str, prefix: str) -> str:
 def _vocab_size_hint(data: DictConfig) -> int:
     """The vocabulary size the data will have, where the config tells it (synthetic data);
     otherwise a stand-in that only needs to exceed the special ids."""
-    if OmegaConf.get_type(data) is SyntheticDataConfig:
+    if OmegaConf.get_type(data) is SYNTHETIC_SCHEMA:
         return NUM_SPECIAL + int(data.n_symbols) + (str(data.arch) == "decoder_only")
     return int(data.get("vocab_size") or NUM_SPECIAL + 1)
 
@@ -78,7 +78,7 @@ def exact_match_enabled(cfg: DictConfig) -> bool:
     evaluation sentence is the measure for the synthetic tasks; for text it is slow and near 0.)"""
     if cfg.get("exact_match") is not None:
         return bool(cfg.exact_match)
-    return OmegaConf.get_type(cfg.data) is SyntheticDataConfig
+    return OmegaConf.get_type(cfg.data) is SYNTHETIC_SCHEMA
 
 
 def _check_schedule_and_loss(cfg: DictConfig) -> None:
@@ -219,7 +219,7 @@ def check_task(arch: str, task: str | None, data_name: str) -> None:
 
 def _check_synthetic_data(cfg: DictConfig, model: TransformerConfig) -> None:
     """The synthetic DataModule's own argument rules; learned positions long enough."""
-    if OmegaConf.get_type(cfg.data) is not SyntheticDataConfig:
+    if OmegaConf.get_type(cfg.data) is not SYNTHETIC_SCHEMA:
         return
     from attnlab.data.synthetic import SyntheticDataModule
 

@@ -14,7 +14,7 @@ Epochs and distributed sharding work as in attnlab.data.translation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 
@@ -22,12 +22,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnlab.data.batching import BlockBatchSampler
+from attnlab.data.configs import LMTextDataConfig, TinyShakespeareDataConfig
 from attnlab.data.download import KNOWN_FILES, ensure_file
 from attnlab.data.files import DataFile, as_path
 from attnlab.data.options import SPLITS
 from attnlab.data.text import TokenizedDataModule, TokenStreamDataset, collate_lm, read_text
 from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
-from attnlab.validation import choice_problem, integer_problem, present, raise_first
+from attnlab.validation import choice_problem, integer_problem, present
 
 log = logging.getLogger(__name__)
 
@@ -56,40 +57,18 @@ class LMTextDataModule(TokenizedDataModule):
     task = "lm"
     option = "lm_text"
 
-    def __init__(
-        self,
-        path: str | None = None,
-        tokenizer_type: str = "char",
-        vocab_size: int = 256,
-        character_coverage: float = 1.0,
-        tokenizer_path: str | None = None,
-        block_size: int = 256,
-        batch_size: int | None = None,
-        max_tokens: int = 16384,
-        splits: Sequence[float] = (0.9, 0.05, 0.05),
-        eval_lengths: Sequence[int] = (),
-        seed: int = 0,
-        num_workers: int = 0,
-        cache_dir: str | None = None,
-    ) -> None:
-        raise_first(LMTextDataModule.own_problems(locals()))
-        super().__init__(
-            tokenizer_type=tokenizer_type,
-            vocab_size=vocab_size,
-            character_coverage=character_coverage,
-            tokenizer_path=tokenizer_path,
-            seed=seed,
-            max_tokens=max_tokens,
-            num_workers=num_workers,
-            cache_dir=cache_dir,
-            preserve_whitespace=True,
-        )
-        self.path = path
-        self.splits = tuple(float(f) for f in splits)
-        self.block_size = block_size
-        self.eval_lengths = [int(n) for n in eval_lengths]
-        self.batch_size = batch_size or max(1, max_tokens // block_size)
-        self._batch_size_given = batch_size is not None
+    config_class = LMTextDataConfig  # the options (attnlab.data.configs)
+    preserve_whitespace = True  # running text: the tokenizer keeps it byte-exact
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        o = self.options
+        self.path = getattr(o, "path", None)  # TinyShakespeareDataModule: from its root
+        self.splits = tuple(float(f) for f in o.splits)
+        self.block_size = o.block_size
+        self.eval_lengths = [int(n) for n in o.eval_lengths]
+        self.batch_size = o.batch_size or max(1, o.max_tokens // o.block_size)
+        self._batch_size_given = o.batch_size is not None
         self.streams: dict[str, torch.Tensor] = {}
         self._texts: dict[str, str] | None = None
 
@@ -190,13 +169,13 @@ class LMTextDataModule(TokenizedDataModule):
         dataset = TokenStreamDataset(self.stream(split), self.block_size)
         return self._loader(dataset, sampler, collate_lm)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_loader(self) -> DataLoader:
         return self._dataloader("train")
 
-    def val_dataloader(self) -> DataLoader:
+    def val_loader(self) -> DataLoader:
         return self._dataloader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         return self._dataloader("test")
 
 
@@ -206,29 +185,30 @@ class TinyShakespeareDataModule(LMTextDataModule):
     Uses <root>/input.txt, else <root>/input.txt.gz; if neither exists, downloads input.txt
     (sha256-checked) when `download` is true, or when it is None (the default) and `root` is
     unset: the default root, <cache_dir>/data/tinyshakespeare. A root the user names is read as
-    it is. The other keyword arguments are LMTextDataModule's.
+    it is. Options: attnlab.data.configs.TinyShakespeareDataConfig.
     """
 
     option = "tinyshakespeare"
+    config_class = TinyShakespeareDataConfig
 
-    def __init__(self, root: str | None = None, download: bool | None = None, **kwargs) -> None:
-        raise_first(TinyShakespeareDataModule.own_problems(kwargs))
-        kwargs.setdefault("tokenizer_type", "char")
-        super().__init__(**kwargs)
-        self.root = self.dataset_root(root, kwargs.get("cache_dir"), "tinyshakespeare")
-        self.download = self.fetches(root, download)
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        o = self.options
+        self.root = self.dataset_root(o.root, o.cache_dir, "tinyshakespeare")
+        self.download = self.fetches(o.root, o.download)
 
-    @staticmethod
-    def own_problems(args: Mapping) -> list[str]:
-        """The text comes from root: data.path must not be set; a named root must exist."""
-        if args.get("path"):
-            return ["data.path: Tiny Shakespeare reads <data.root>/input.txt; remove data.path"]
-        if "root" in args:  # the complete arguments (the preflight), not a constructor's
-            cls = TinyShakespeareDataModule
-            root = cls.dataset_root(args["root"], args["cache_dir"], "tinyshakespeare")
-            fetch = cls.fetches(args["root"], args["download"])
-            return present(cls.root_problem(root, fetch, "Tiny Shakespeare", "input.txt"))
-        return []
+    @classmethod
+    def unknown_hint(cls, key: str) -> str | None:
+        if key == "path":
+            return "data.path: Tiny Shakespeare reads <data.root>/input.txt; remove data.path"
+        return None
+
+    @classmethod
+    def place_problems(cls, args: Mapping) -> list[str]:
+        """A named data.root that does not exist and will not be fetched."""
+        root = cls.dataset_root(args["root"], args["cache_dir"], "tinyshakespeare")
+        fetch = cls.fetches(args["root"], args["download"])
+        return present(cls.root_problem(root, fetch, "Tiny Shakespeare", "input.txt"))
 
     @staticmethod
     def root_text_file(root: Path) -> Path:

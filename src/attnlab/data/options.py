@@ -1,14 +1,11 @@
-"""The data layer's choices, in one light module (no torch, no Lightning): the config schema
-reads them to type its fields, and the DataModules to check their arguments."""
+"""The data layer's constants, in one light module (no torch, no Lightning). The choices of each
+data option are declared with the option, in attnlab.data.configs."""
 
 from __future__ import annotations
 
 # The batch format each architecture trains on: sentence pairs {src, tgt_in, tgt_out} for an
 # encoder-decoder, one sequence {tokens, targets} for a decoder-only model.
 TASK_OF_ARCH = {"encoder_decoder": "seq2seq", "decoder_only": "lm"}
-SYNTHETIC_TASKS = ("copy", "reverse", "sort")
-TOKENIZER_TYPES = ("bpe", "unigram", "char")  # SentencePiece model types
-MULTI30K_LANGS = ("en", "de")
 SPLITS = ("train", "val", "test")
 
 

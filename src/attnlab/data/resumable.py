@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
@@ -63,16 +64,27 @@ def _own_generator(loader):
     return loader
 
 
-def make_resumable(datamodule) -> None:
-    """Make `datamodule.train_dataloader()` return a ResumableLoader (works for any
-    LightningDataModule whose training batches are a deterministic function of seed and epoch),
-    and keep every loader of the datamodule off the global RNG."""
-    build_train = datamodule.train_dataloader
+class ResumableDataModule(L.LightningDataModule):
+    """A LightningDataModule whose training loader continues at the batch where a resumed run
+    stopped (ResumableLoader), and whose loaders leave the global RNG alone: a property of the
+    data module, whoever builds it. Subclasses define train_loader(), val_loader() and
+    test_loader() (a DataLoader each; training batches a deterministic function of seed and
+    epoch); Lightning calls the *_dataloader() hooks below."""
 
-    def train_dataloader():
-        return ResumableLoader(_own_generator(build_train()), lambda: datamodule.trainer)
+    def train_loader(self) -> DataLoader:
+        raise NotImplementedError
 
-    datamodule.train_dataloader = train_dataloader
-    for hook in ("val_dataloader", "test_dataloader"):
-        build = getattr(datamodule, hook)
-        setattr(datamodule, hook, lambda build=build: _own_generator(build()))
+    def val_loader(self) -> DataLoader:
+        raise NotImplementedError
+
+    def test_loader(self) -> DataLoader:
+        raise NotImplementedError
+
+    def train_dataloader(self) -> ResumableLoader:
+        return ResumableLoader(_own_generator(self.train_loader()), lambda: self.trainer)
+
+    def val_dataloader(self) -> DataLoader:
+        return _own_generator(self.val_loader())
+
+    def test_dataloader(self) -> DataLoader:
+        return _own_generator(self.test_loader())

@@ -26,14 +26,15 @@ generation starts.
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.batching import per_rank_batch_size
-from attnlab.data.options import SYNTHETIC_TASKS, TASK_OF_ARCH, task_for_arch
+from attnlab.data.configs import SYNTHETIC_TASKS, SyntheticDataConfig, options_of
+from attnlab.data.options import TASK_OF_ARCH, task_for_arch
+from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
-from attnlab.validation import choice_problem, integer_problem, not_valid, raise_first
+from attnlab.validation import choice_problem, integer_problem, not_valid, present, raise_first
 
 _SPLITS = {"train": 0, "val": 1, "test": 2}
 _SPECIAL_NAMES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
@@ -211,7 +212,7 @@ class SyntheticBatches(Dataset):
         return self.dm.make_batch(self._global_size(i), self.length, generator, self._rows(i))
 
 
-class SyntheticDataModule(L.LightningDataModule):
+class SyntheticDataModule(ResumableDataModule):
     """copy / reverse / sort over `n_symbols` symbols (ids NUM_SPECIAL upward).
 
     `arch` (the model's) picks the batch format: "encoder_decoder" -> task "seq2seq",
@@ -220,65 +221,51 @@ class SyntheticDataModule(L.LightningDataModule):
     (fresh) training examples per epoch, rounded down to whole batches.
     """
 
-    def __init__(
-        self,
-        name: str = "reverse",
-        arch: str = "encoder_decoder",
-        n_symbols: int = 16,
-        train_len=(1, 12),
-        eval_len=(1, 12),
-        val_len=None,
-        eval_lengths=(),
-        batch_size: int = 64,
-        train_size: int = 1_000_000,
-        val_size: int = 512,
-        test_size: int = 1024,
-        seed: int = 1,
-        num_workers: int = 0,
-    ) -> None:
+    def __init__(self, **options) -> None:
+        """`options`: SyntheticDataConfig's fields (attnlab.data.configs), checked here."""
         super().__init__()
-        raise_first(
-            [
-                choice_problem("data.name", name, SYNTHETIC_TASKS),
-                choice_problem("data.arch", arch, tuple(TASK_OF_ARCH)),
-                *(
-                    _length_range_problem(f"data.{k}", v)
-                    for k, v in (
-                        ("train_len", train_len),
-                        ("eval_len", eval_len),
-                        ("val_len", train_len if val_len is None else val_len),
-                    )
-                ),
-                _lengths_problem("data.eval_lengths", eval_lengths),
-                integer_problem("data.n_symbols", n_symbols, 2),
-                integer_problem("data.batch_size", batch_size, 1),
-                integer_problem("data.train_size", train_size, 1),
-                integer_problem("data.val_size", val_size, 1),
-                integer_problem("data.test_size", test_size, 1),
-                integer_problem("data.num_workers", num_workers, 0),
-            ]
-        )
-        if train_size < batch_size:
-            raise ValueError(
-                f"data.train_size={train_size} is not valid; expected at least one batch "
-                f"(data.batch_size={batch_size})"
-            )
-        self.name, self.arch, self.n_symbols = name, arch, n_symbols
-        self.train_len, self.eval_len = tuple(train_len), tuple(eval_len)
-        self.val_len = self.train_len if val_len is None else tuple(val_len)
-        self.eval_lengths = [int(n) for n in eval_lengths]
-        self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
-        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
-
-        self.task = task_for_arch(arch)
+        o = self.options = options_of(SyntheticDataConfig, options, type(self).__name__)
+        raise_first(self.own_problems(o))
+        self.name, self.arch, self.n_symbols = o.name, o.arch, o.n_symbols
+        self.train_len, self.eval_len = tuple(o.train_len), tuple(o.eval_len)
+        self.val_len = self.train_len if o.val_len is None else tuple(o.val_len)
+        self.eval_lengths = [int(n) for n in o.eval_lengths]
+        self.batch_size, self.seed, self.num_workers = o.batch_size, o.seed, o.num_workers
+        self.sizes = {"train": o.train_size, "val": o.val_size, "test": o.test_size}
+        self.task = task_for_arch(o.arch)
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
-        self.sep_id = NUM_SPECIAL + n_symbols if self.task == "lm" else None
-        self.tokenizer = SymbolTokenizer(n_symbols, self.sep_id)
+        self.sep_id = NUM_SPECIAL + o.n_symbols if self.task == "lm" else None
+        self.tokenizer = SymbolTokenizer(o.n_symbols, self.sep_id)
         self.vocab_size = self.tokenizer.vocab_size
         # Longest sequence of the splits (eval_lengths may go beyond what a model represents).
         longest = max(self.train_len[1], self.val_len[1], self.eval_len[1])
         self.max_seq_len = self.positions_needed(longest)
         self.datasets: dict[str, SyntheticBatches] = {}
+
+    @staticmethod
+    def own_problems(o: SyntheticDataConfig) -> list[str]:
+        """One line per bad option, each naming its data.<key>."""
+        val_len = o.train_len if o.val_len is None else o.val_len
+        problems = present(
+            choice_problem("data.name", o.name, SYNTHETIC_TASKS),
+            choice_problem("data.arch", o.arch, tuple(TASK_OF_ARCH)),
+            _length_range_problem("data.train_len", o.train_len),
+            _length_range_problem("data.eval_len", o.eval_len),
+            _length_range_problem("data.val_len", val_len),
+            _lengths_problem("data.eval_lengths", o.eval_lengths),
+            integer_problem("data.n_symbols", o.n_symbols, 2),
+            integer_problem("data.batch_size", o.batch_size, 1),
+            integer_problem("data.train_size", o.train_size, 1),
+            integer_problem("data.val_size", o.val_size, 1),
+            integer_problem("data.test_size", o.test_size, 1),
+            integer_problem("data.num_workers", o.num_workers, 0),
+        )
+        if not problems and o.train_size < o.batch_size:
+            problems.append(
+                f"data.train_size={o.train_size} is not valid; expected at least one batch "
+                f"(data.batch_size={o.batch_size})"
+            )
+        return problems
 
     def make_batch(
         self, n: int, length, generator: torch.Generator, rows: range | None = None
@@ -335,11 +322,11 @@ class SyntheticDataModule(L.LightningDataModule):
             persistent_workers=self.num_workers > 0,
         )
 
-    def train_dataloader(self) -> DataLoader:
+    def train_loader(self) -> DataLoader:
         return self._loader("train")
 
-    def val_dataloader(self) -> DataLoader:
+    def val_loader(self) -> DataLoader:
         return self._loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         return self._loader("test")

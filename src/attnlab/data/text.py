@@ -9,17 +9,17 @@ Batch formats follow docs/architecture.md:
 from __future__ import annotations
 
 import gzip
-import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnlab.data.configs import TextDataConfig, defaults_of, unknown_problems
 from attnlab.data.files import GZIP_MAGIC, DataFile
+from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.tokenizer import (
     Tokenizer,
     TokenizerSettings,
@@ -189,7 +189,7 @@ def collate_lm(blocks: Sequence[torch.Tensor]) -> dict:
     }
 
 
-class TokenizedDataModule(L.LightningDataModule):
+class TokenizedDataModule(ResumableDataModule):
     """What the text DataModules share: a cached SentencePiece tokenizer, ids, loaders.
 
     The tokenizer is trained (or found in the cache) on first use of `tokenizer` /
@@ -206,29 +206,24 @@ class TokenizedDataModule(L.LightningDataModule):
     option: str = ""  # its name among conf/data's options (data=<option>)
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
-    def __init__(
-        self,
-        *,
-        tokenizer_type: str,
-        vocab_size: int,
-        character_coverage: float,
-        tokenizer_path: str | None,
-        seed: int,
-        max_tokens: int,
-        num_workers: int,
-        cache_dir: str | None,
-        preserve_whitespace: bool = False,
-    ) -> None:
-        raise_first(TokenizedDataModule.own_problems(locals()))
+    config_class: type = TextDataConfig  # each module's options (attnlab.data.configs)
+    preserve_whitespace = False  # tokenizer: keep text byte-exact (running text)
+
+    def __init__(self, **options) -> None:
+        """`options`: the fields of the class's config_class, checked here: an unknown key or
+        a bad value raises a one-line ValueError naming data.<key>."""
+        args, problems = self.arguments(options)
+        raise_first(problems + self.arg_problems(args))
         super().__init__()
+        o = self.options = self.config_class(**args)
         self.tokenizer_settings = TokenizerSettings(
-            tokenizer_type, vocab_size, character_coverage, preserve_whitespace
+            o.tokenizer_type, o.vocab_size, o.character_coverage, self.preserve_whitespace
         )
-        self.tokenizer_path = tokenizer_path
-        self.seed = seed
-        self.max_tokens = max_tokens
-        self.num_workers = num_workers
-        self.cache_dir = self.cache_root(cache_dir)
+        self.tokenizer_path = o.tokenizer_path
+        self.seed = o.seed
+        self.max_tokens = o.max_tokens
+        self.num_workers = o.num_workers
+        self.cache_dir = self.cache_root(o.cache_dir)
         self._tokenizer: Tokenizer | None = None
 
     @staticmethod
@@ -244,28 +239,25 @@ class TokenizedDataModule(L.LightningDataModule):
 
     @classmethod
     def arguments(cls, kwargs: Mapping) -> tuple[dict, list[str]]:
-        """(every constructor argument: `kwargs` over the defaults, one problem per unknown key).
-
-        The arguments are those of cls.__init__ and, where it forwards **kwargs, of the
-        parent classes' __init__ in turn.
-        """
-        defaults: dict = {}
-        for klass in cls.__mro__:
-            if klass is TokenizedDataModule:
-                break
-            params = inspect.signature(klass.__init__).parameters.values()
-            for p in params:
-                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
-                    defaults.setdefault(p.name, p.default)
-            if not any(p.kind is p.VAR_KEYWORD for p in params):
-                break
+        """(every option of cls.config_class: `kwargs` over the defaults, one problem per
+        unknown key)."""
+        defaults = defaults_of(cls.config_class)
         unknown = [k for k in kwargs if k not in defaults]
-        problems = [
-            f"data.{k}: not an argument of {cls.__name__}; valid: {', '.join(defaults)}"
-            for k in unknown
-        ]
+        lines = unknown_problems(cls.config_class, kwargs, cls.__name__)
+        problems = [cls.unknown_hint(k) or line for k, line in zip(unknown, lines, strict=True)]
         known = {k: v for k, v in kwargs.items() if k in defaults}
         return {**defaults, **known}, problems
+
+    @classmethod
+    def unknown_hint(cls, key: str) -> str | None:
+        """A better line than "not an argument" for a key a module rejects on purpose."""
+        return None
+
+    @classmethod
+    def place_problems(cls, args: Mapping) -> list[str]:
+        """Where the files come from (the preflight only): a named folder that does not exist
+        and will not be fetched."""
+        return []
 
     @classmethod
     def arg_problems(cls, args: Mapping) -> list[str]:

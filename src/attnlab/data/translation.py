@@ -23,9 +23,10 @@ from pathlib import Path
 from torch.utils.data import DataLoader
 
 from attnlab.data.batching import TokenBatchSampler, padding_fraction
+from attnlab.data.configs import MULTI30K_LANGS, Multi30kDataConfig, ParallelTextDataConfig
 from attnlab.data.download import fetch_known, sha256_file
 from attnlab.data.files import DataFile, as_path
-from attnlab.data.options import MULTI30K_LANGS, SPLITS
+from attnlab.data.options import SPLITS
 from attnlab.data.text import (
     ParallelTextDataset,
     TokenizedDataModule,
@@ -33,7 +34,7 @@ from attnlab.data.text import (
     read_lines,
 )
 from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
-from attnlab.validation import choice_problem, integer_problem, present, raise_first
+from attnlab.validation import choice_problem, integer_problem, present
 
 log = logging.getLogger(__name__)
 
@@ -48,45 +49,17 @@ class TranslationDataModule(TokenizedDataModule):
 
     task = "seq2seq"
     option = "parallel_text"
+    config_class = ParallelTextDataConfig  # the options (attnlab.data.configs)
 
-    def __init__(
-        self,
-        train_src: str | None = None,
-        train_tgt: str | None = None,
-        val_src: str | None = None,
-        val_tgt: str | None = None,
-        test_src: str | None = None,
-        test_tgt: str | None = None,
-        tokenizer_type: str = "bpe",
-        vocab_size: int = 8000,
-        character_coverage: float = 1.0,
-        tokenizer_path: str | None = None,
-        max_tokens: int = 4096,
-        eval_max_tokens: int | None = None,
-        max_src_len: int = 128,
-        max_tgt_len: int = 128,
-        seed: int = 0,
-        num_workers: int = 0,
-        cache_dir: str | None = None,
-    ) -> None:
-        raise_first(TranslationDataModule.own_problems(locals()))
-        super().__init__(
-            tokenizer_type=tokenizer_type,
-            vocab_size=vocab_size,
-            character_coverage=character_coverage,
-            tokenizer_path=tokenizer_path,
-            seed=seed,
-            max_tokens=max_tokens,
-            num_workers=num_workers,
-            cache_dir=cache_dir,
-        )
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        o = self.options
         self.files = {
-            "train": (train_src, train_tgt),
-            "val": (val_src, val_tgt),
-            "test": (test_src, test_tgt),
-        }
-        self.eval_max_tokens = eval_max_tokens or max_tokens
-        self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
+            split: (getattr(o, f"{split}_src", None), getattr(o, f"{split}_tgt", None))
+            for split in SPLITS
+        }  # Multi30kDataModule: from its root instead
+        self.eval_max_tokens = o.eval_max_tokens or o.max_tokens
+        self.max_src_len, self.max_tgt_len = o.max_src_len, o.max_tgt_len
         self.datasets: dict[str, ParallelTextDataset] = {}
 
     @staticmethod
@@ -209,13 +182,13 @@ class TranslationDataModule(TokenizedDataModule):
     def _dataloader(self, split: str) -> DataLoader:
         return self._loader(self._dataset(split), self._sampler(split), collate_seq2seq)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_loader(self) -> DataLoader:
         return self._dataloader("train")
 
-    def val_dataloader(self) -> DataLoader:
+    def val_loader(self) -> DataLoader:
         return self._dataloader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         return self._dataloader("test")
 
 
@@ -230,26 +203,24 @@ class Multi30kDataModule(TranslationDataModule):
     missing ones are downloaded from the dataset's GitHub repository and checked against their
     sha256 when `download` is true, or when it is None (the default) and `root` is unset: the
     default root, <cache_dir>/data/multi30k. A root the user names is read as it is.
-    The other keyword arguments are TranslationDataModule's.
+    Options: attnlab.data.configs.Multi30kDataConfig.
     """
 
     option = "multi30k"
+    config_class = Multi30kDataConfig
 
-    def __init__(
-        self,
-        root: str | None = None,
-        src_lang: str = "en",
-        tgt_lang: str = "de",
-        download: bool | None = None,
-        **kwargs,
-    ) -> None:
-        raise_first(
-            Multi30kDataModule.own_problems({"src_lang": src_lang, "tgt_lang": tgt_lang, **kwargs})
-        )
-        super().__init__(**kwargs)
-        self.root = self.dataset_root(root, kwargs.get("cache_dir"), "multi30k")
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.download = self.fetches(root, download)
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        o = self.options
+        self.root = self.dataset_root(o.root, o.cache_dir, "multi30k")
+        self.src_lang, self.tgt_lang = o.src_lang, o.tgt_lang
+        self.download = self.fetches(o.root, o.download)
+
+    @classmethod
+    def unknown_hint(cls, key: str) -> str | None:
+        if key.endswith(("_src", "_tgt")) and key.split("_")[0] in SPLITS:
+            return f"data.{key}: Multi30K reads its files from data.root; remove data.{key}"
+        return None
 
     @staticmethod
     def own_problems(args: Mapping) -> list[str]:
@@ -264,17 +235,15 @@ class Multi30kDataModule(TranslationDataModule):
                 f"data.tgt_lang={tgt_lang!r} is data.src_lang too; translate between "
                 f"{' and '.join(MULTI30K_LANGS)}"
             )
-        file_keys = sorted(k for k, v in args.items() if k.endswith(("_src", "_tgt")) and v)
-        problems += [
-            f"data.{key}: Multi30K reads its files from data.root; remove data.{key}"
-            for key in file_keys
-        ]
-        if "root" in args:  # the complete arguments (the preflight), not a constructor's
-            root = Multi30kDataModule.dataset_root(args["root"], args["cache_dir"], "multi30k")
-            fetch = Multi30kDataModule.fetches(args["root"], args["download"])
-            names = "{train,val,test_2016_flickr}.{en,de}.gz"
-            problems += present(Multi30kDataModule.root_problem(root, fetch, "Multi30K", names))
         return problems
+
+    @classmethod
+    def place_problems(cls, args: Mapping) -> list[str]:
+        """A named data.root that does not exist and will not be fetched."""
+        root = cls.dataset_root(args["root"], args["cache_dir"], "multi30k")
+        fetch = cls.fetches(args["root"], args["download"])
+        names = "{train,val,test_2016_flickr}.{en,de}.gz"
+        return present(cls.root_problem(root, fetch, "Multi30K", names))
 
     @staticmethod
     def split_file(root: Path, split: str, lang: str) -> Path:

@@ -1,0 +1,169 @@
+"""The options of each DataModule, declared once: one dataclass per module, no torch imported.
+
+Each DataModule reads its options from its dataclass (`config_class`; unknown keys are one-line
+errors naming the valid ones), and attnlab-train's `data` config group is made from the same
+dataclasses (attnlab.config.data_schema, through attnlab.config.structured: a `Literal` field
+becomes a typed choice). So a new data option is one field here and the code that uses it.
+The rules between values stay with the modules (their `own_problems`), which the preflight runs
+without building a module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal, get_args
+
+from attnlab.data.options import TASK_OF_ARCH
+
+SyntheticTask = Literal["copy", "reverse", "sort"]
+ModelArch = Literal[tuple(TASK_OF_ARCH)]  # the model's arch, which picks the batch format
+TokenizerType = Literal["bpe", "unigram", "char"]  # SentencePiece model types
+Lang = Literal["en", "de"]  # Multi30K task 1
+
+SYNTHETIC_TASKS = get_args(SyntheticTask)
+TOKENIZER_TYPES = get_args(TokenizerType)
+MULTI30K_LANGS = get_args(Lang)
+
+
+@dataclass
+class SyntheticDataConfig:
+    """attnlab.data.synthetic.SyntheticDataModule; lengths are [min, max], inclusive: train_len
+    (training), val_len (validation, which selects the checkpoint; null: train_len), eval_len (the
+    test split); eval_lengths: lengths scored one by one at the end (length extrapolation).
+    arch: the model's, which decides the batch format (seq2seq or lm)."""
+
+    name: SyntheticTask = "reverse"
+    arch: ModelArch = "encoder_decoder"
+    n_symbols: int = 16
+    train_len: list[int] = field(default_factory=lambda: [1, 12])
+    eval_len: list[int] = field(default_factory=lambda: [1, 12])
+    val_len: list[int] | None = None
+    eval_lengths: list[int] = field(default_factory=list)
+    batch_size: int = 64  # global, over all DDP ranks
+    train_size: int = 1_000_000  # fresh examples per epoch
+    val_size: int = 512
+    test_size: int = 1024
+    seed: int = 1
+    num_workers: int = 0
+
+
+@dataclass
+class TextDataConfig:
+    """attnlab.data.text.TokenizedDataModule: the SentencePiece model and the loaders."""
+
+    tokenizer_type: TokenizerType = "bpe"
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    tokenizer_path: str | None = None  # a .model to use instead of training one
+    max_tokens: int = 4096
+    seed: int = 0  # the shuffling order
+    num_workers: int = 0
+    cache_dir: str | None = None  # null: $ATTNLAB_CACHE or ~/.cache/attnlab
+
+
+@dataclass
+class TranslationConfig(TextDataConfig):
+    """Length limits and the evaluation batches' budget of the translation modules."""
+
+    eval_max_tokens: int | None = None  # null: max_tokens
+    max_src_len: int = 128
+    max_tgt_len: int = 128
+
+
+@dataclass
+class ParallelTextDataConfig(TranslationConfig):
+    """attnlab.data.translation.TranslationDataModule: explicit line-aligned files per split."""
+
+    train_src: str | None = None
+    train_tgt: str | None = None
+    val_src: str | None = None
+    val_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+
+
+@dataclass
+class Multi30kDataConfig(TranslationConfig):
+    """attnlab.data.translation.Multi30kDataModule: Multi30K task 1, En-De either way."""
+
+    root: str | None = None  # null: <cache_dir>/data/multi30k (downloaded there if missing)
+    src_lang: Lang = "en"
+    tgt_lang: Lang = "de"
+    # null: fetch missing files only into the default folder (root=null); a root you name is
+    # read as it is unless download=true
+    download: bool | None = None
+
+
+@dataclass
+class LanguageModelConfig(TextDataConfig):
+    """Blocks of running text for the decoder-only modules."""
+
+    tokenizer_type: TokenizerType = "char"
+    vocab_size: int = 256  # for char: an upper bound
+    block_size: int = 256
+    batch_size: int | None = None  # blocks per step; null: max_tokens // block_size
+    max_tokens: int = 16384
+    splits: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
+    eval_lengths: list[int] = field(default_factory=list)  # context lengths scored at the end
+
+
+@dataclass
+class LMTextDataConfig(LanguageModelConfig):
+    """attnlab.data.language_model.LMTextDataModule: next-token prediction on one text file."""
+
+    path: str | None = None
+
+
+@dataclass
+class TinyShakespeareDataConfig(LanguageModelConfig):
+    """attnlab.data.language_model.TinyShakespeareDataModule: <root>/input.txt(.gz)."""
+
+    root: str | None = None  # null: <cache_dir>/data/tinyshakespeare (downloaded if missing)
+    download: bool | None = None  # null: only into the default folder (see Multi30kDataConfig)
+
+
+# conf/data's options: (ConfigStore name, the options, the DataModule they configure)
+DATA_CONFIGS = {
+    "synthetic_data_schema": (SyntheticDataConfig, "attnlab.data.synthetic.SyntheticDataModule"),
+    "parallel_text_data_schema": (
+        ParallelTextDataConfig,
+        "attnlab.data.translation.TranslationDataModule",
+    ),
+    "multi30k_data_schema": (Multi30kDataConfig, "attnlab.data.translation.Multi30kDataModule"),
+    "lm_text_data_schema": (LMTextDataConfig, "attnlab.data.language_model.LMTextDataModule"),
+    "tinyshakespeare_data_schema": (
+        TinyShakespeareDataConfig,
+        "attnlab.data.language_model.TinyShakespeareDataModule",
+    ),
+}
+
+
+def defaults_of(config_class: type) -> dict[str, Any]:
+    """Every option of `config_class` with its default."""
+    return {
+        f.name: f.default_factory() if f.default is MISSING else f.default
+        for f in fields(config_class)
+    }
+
+
+def unknown_problems(config_class: type, options: Mapping, owner: str) -> list[str]:
+    """One line per key of `options` that `config_class` does not declare; the valid ones
+    listed the class's own first, then its bases'."""
+    valid = list(
+        dict.fromkeys(k for c in config_class.__mro__ for k in vars(c).get("__annotations__", {}))
+    )
+    return [
+        f"data.{key}: not an argument of {owner}; valid: {', '.join(valid)}"
+        for key in options
+        if key not in valid
+    ]
+
+
+def options_of(config_class: type, options: Mapping, owner: str):
+    """`config_class(**options)`; an unknown key is a one-line ValueError naming the valid
+    ones (`owner`: the DataModule's name)."""
+    problems = unknown_problems(config_class, options, owner)
+    if problems:
+        raise ValueError(problems[0])
+    return config_class(**options)
