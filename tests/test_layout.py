@@ -67,3 +67,23 @@ def test_the_debug_preset_shrinks_any_synthetic_run_and_overrides_still_win(comp
     assert cfg.trainer.max_steps == 7  # the command line wins over the preset
     assert cfg.trainer.val_check_interval == 2 and list(cfg.data.train_len) == [1, 5]
     assert compose(["debug=tiny", "experiment=length_extrapolation"]).model.d_model == 32
+
+
+def _sizes() -> tuple[dict[str, int], dict[str, int]]:
+    """Lines per module and per function (methods and nested functions included)."""
+    modules, functions = {}, {}
+    for path in SRC.rglob("*.py"):
+        text = path.read_text()
+        name = str(path.relative_to(SRC))
+        modules[name] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                functions[f"{name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return modules, functions
+
+
+def test_no_module_over_450_lines_and_no_function_over_60():
+    modules, functions = _sizes()
+    assert len(modules) > 100 and max(functions.values()) > 40  # the census found the code
+    assert {m: n for m, n in modules.items() if n > 450} == {}
+    assert {f: n for f, n in functions.items() if n > 60} == {}
