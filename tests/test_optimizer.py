@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.training.optimizer import build_optimizer, decay_groups, implementation
+from attnlab.training.optimizer import decay_groups, implementation, optimizer_from_config
 
 OPTIM = {"name": "adamw", "lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.1}
 
@@ -25,7 +25,7 @@ def test_adamw_decays_matrices_and_embeddings_only(pos_encoding):
     for p in model.parameters():
         p.data.add_(0.5)  # no parameter starts at 0 (biases do), so decay would show
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer = build_optimizer(model, OPTIM)
+    optimizer = optimizer_from_config(model, OPTIM)
     for g in optimizer.param_groups:
         g["lr"] = 0.5
     for p in model.parameters():
@@ -57,7 +57,7 @@ def _updated(implementation_keys: dict, steps: int = 5) -> dict:
     computed: a gradient that is float noise, such as a key bias's, would make Adam's
     normalized step differ by its sign between runs, whatever the implementation)."""
     model = _model()
-    optimizer = build_optimizer(model, {**OPTIM, **implementation_keys})
+    optimizer = optimizer_from_config(model, {**OPTIM, **implementation_keys})
     for g in optimizer.param_groups:
         g["lr"] = 1e-3
     gen = torch.Generator().manual_seed(1)
@@ -90,3 +90,17 @@ def test_fused_and_foreach_together_are_a_config_error(compose):
 
     with pytest.raises(ValueError, match=r"^optim.fused=true and optim.foreach=true cannot"):
         validate_config(compose(["optim.fused=true", "optim.foreach=true"]))
+
+
+def sgd_for(model, name="sgd", betas=(0.0, 0.0), eps=0.0, weight_decay=0.0, fused=None,
+            foreach=None, grad_scaler=False):  # fmt: skip
+    """A builder with build_optimizer's arguments, for the `_target_` test below."""
+    return torch.optim.SGD(model.parameters(), lr=1.0, weight_decay=weight_decay)
+
+
+def test_the_optim_group_names_its_builder_by_target():
+    model = _model()
+    default = optimizer_from_config(model, {k: v for k, v in OPTIM.items() if k != "name"})
+    assert isinstance(default, torch.optim.Adam)  # no _target_: build_optimizer (old configs)
+    named = optimizer_from_config(model, {**OPTIM, "_target_": f"{__name__}.sgd_for"})
+    assert isinstance(named, torch.optim.SGD) and named.defaults["weight_decay"] == 0.1

@@ -86,3 +86,12 @@ def test_a_trial_refused_with_exit_2_is_not_credited_with_an_older_results_json(
     assert refused.error == f"bad config: {line}"
     finish(rerun, 0, interrupted=False, metric_name="val/loss")  # "already completed": exit 0
     assert (rerun.status, rerun.metric) == ("completed", 0.5)
+
+
+def test_a_builder_named_since_the_run_was_made_is_not_a_change():
+    """optim._target_ / scheduler._target_ came with issue 22; older run directories lack them."""
+    stored = {"optim": {"name": "adam", "lr": 1e-3}}
+    current = {"optim": {"_target_": "x.build", "_partial_": True, "name": "adam", "lr": 1e-3}}
+    assert config_drift(stored, current) == []
+    changed = {"optim": {"_target_": "y.build", "name": "adam", "lr": 1e-3}}
+    assert config_drift(current, changed) == ["optim._target_: 'x.build' -> 'y.build'"]

@@ -22,7 +22,7 @@ from attnlab.bench.timing import interleave, ratio, time_block
 from attnlab.bench.torch_nn import TorchNNTransformer, unsupported
 from attnlab.config.plain import to_plain
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss
-from attnlab.training.optimizer import build_optimizer
+from attnlab.training.optimizer import optimizer_from_config
 
 
 class Stepper:
@@ -31,7 +31,7 @@ class Stepper:
     def __init__(self, ctx: Context, model: nn.Module, compiled: bool = False):
         self.ctx, self.model = ctx, model.train()
         self.compiled = compiled  # a compiled model's loss takes every position
-        self.optimizer = build_optimizer(model, to_plain(ctx.cfg.optim))
+        self.optimizer = optimizer_from_config(model, to_plain(ctx.cfg.optim))
         for group in self.optimizer.param_groups:
             group["lr"] = 1e-4  # small and constant: the timing does not depend on it
 

@@ -58,10 +58,14 @@ ModelConfig = structured(
 
 @dataclass
 class OptimConfig:
-    """Adam with the paper's betas and eps (Sec. 5.3). `lr` is the peak learning rate of the
-    inverse_sqrt, cosine and constant schedules; noam derives its own from d_model. Weight
-    decay skips biases, norm gains and positional tables."""
+    """Adam with the paper's betas and eps (Sec. 5.3): a partial of `_target_`, which the
+    LightningModule completes with the model (attnlab.training.optimizer.optimizer_from_config).
+    `lr` is the peak learning rate of the inverse_sqrt, cosine and constant schedules (the
+    schedule's, not passed to `_target_`); noam derives its own from d_model. Weight decay skips
+    biases, norm gains and positional tables."""
 
+    _target_: str = "attnlab.training.optimizer.build_optimizer"
+    _partial_: bool = True
     name: Optimizer = Optimizer.adam
     lr: float = 1e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -77,8 +81,11 @@ class OptimConfig:
 class SchedulerConfig:
     """attnlab.training.schedules; stepped every optimizer step. max_steps (cosine) defaults to
     trainer.max_steps; scale multiplies noam's formula; peak_lr (null: optim.lr, noam: its
-    formula) sets the peak of any schedule, noam's included."""
+    formula) sets the peak of any schedule, noam's included. A partial of `_target_`, completed
+    with optim.lr, d_model and the horizon (attnlab.training.schedules.schedule_from_config)."""
 
+    _target_: str = "attnlab.training.schedules.build_schedule"
+    _partial_: bool = True
     name: Scheduler = Scheduler.noam
     warmup_steps: int = 4000
     scale: float = 1.0

@@ -54,10 +54,18 @@ def defining_overrides(overrides: list[str]) -> list[str]:
     return sorted(o.strip() for o in overrides if is_defining(_key(o)))
 
 
+_BUILDER_KEYS = ("_target_", "_partial_")
+
+
 def config_drift(stored: Mapping, current: Mapping) -> list[str]:
     """`key: old -> new` for each defining key whose value differs between two nested configs
-    (a key present in only one of them shows as <absent>), sorted by key."""
+    (a key present in only one of them shows as <absent>), sorted by key. Hydra's instantiation
+    keys (`_target_`, `_partial_`) present on one side only are not a change: a run directory
+    written before a group named its builder holds the same run."""
     old, new = flatten(dict(stored)), flatten(dict(current))
+    for key in [k for k in old.keys() ^ new.keys() if k.rpartition(".")[2] in _BUILDER_KEYS]:
+        old.pop(key, None)
+        new.pop(key, None)
 
     def show(values: dict, key: str) -> str:
         return repr(values[key]) if key in values else "<absent>"

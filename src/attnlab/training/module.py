@@ -28,7 +28,7 @@ from torchmetrics import MaxMetric, MeanMetric, MinMetric
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss
 from attnlab.training.metrics import exact_match, token_accuracy
-from attnlab.training.optimizer import build_optimizer
+from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.options import LOSS_NORMALIZATIONS
 from attnlab.training.schedules import lr_lambda, schedule_from_config
 
@@ -290,11 +290,12 @@ class TransformerModule(L.LightningModule):
 
     # --- optimization ---------------------------------------------------------------------
     def configure_optimizers(self):
-        """Adam (or AdamW) with lr=1.0 and a LambdaLR whose factor is the scheduled lr; weight
-        decay on matrices and embeddings only (attnlab.training.optimizer)."""
+        """cfg.optim and cfg.scheduler instantiated (partials of their `_target_`, completed
+        here): Adam (or AdamW) with lr=1.0 and a LambdaLR whose factor is the scheduled lr;
+        weight decay on matrices and embeddings only (attnlab.training.optimizer)."""
         o, s = self.hparams.optim, self.hparams.scheduler
         scaled = self._trainer is not None and self._grad_scaler() is not None
-        optimizer = build_optimizer(self.model, o, grad_scaler=scaled)
+        optimizer = optimizer_from_config(self.model, o, grad_scaler=scaled)
         schedule = schedule_from_config(o, s, self.config.d_model, self.hparams.max_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule))
         return {

@@ -16,11 +16,14 @@ parameters; on this repository's 2-core CPU 3-4x faster than the others for Adam
 from __future__ import annotations
 
 import torch
+from hydra.utils import instantiate
 from torch import nn
 
 from attnlab.model.layers import Embeddings
 from attnlab.training.options import OPTIMIZERS
 from attnlab.validation import choice_problem, raise_first
+
+DEFAULT_OPTIMIZER = "attnlab.training.optimizer.build_optimizer"  # for configs saved without one
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -65,20 +68,38 @@ def implementation(
 
 
 def build_optimizer(
-    model: nn.Module, optim: dict, grad_scaler: bool = False
+    model: nn.Module,
+    name: str = "adam",
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-9,
+    weight_decay: float = 0.0,
+    fused: bool | None = None,
+    foreach: bool | None = None,
+    grad_scaler: bool = False,
 ) -> torch.optim.Optimizer:
-    """Adam or AdamW (optim["name"]) with lr=1.0 (a LambdaLR's factor sets the learning rate),
+    """Adam or AdamW (`name`) with lr=1.0 (a LambdaLR's factor sets the learning rate),
     betas, eps, weight decay on decay_groups(), and the fused / foreach choice (implementation;
-    `grad_scaler`: training under 16-mixed's GradScaler)."""
-    name = optim["name"]
+    `grad_scaler`: training under 16-mixed's GradScaler). The `optim` config group is a partial
+    of this function (`_target_`), completed with the model by optimizer_from_config."""
     raise_first([choice_problem("optim.name", name, OPTIMIZERS)])
     optimizer_cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
-    groups = decay_groups(model, optim["weight_decay"])
+    groups = decay_groups(model, weight_decay)
     params = [p for g in groups for p in g["params"]]
     return optimizer_cls(
         groups,
         lr=1.0,
-        betas=tuple(optim["betas"]),
-        eps=optim["eps"],
-        **implementation(params, optim.get("fused"), optim.get("foreach"), grad_scaler),
+        betas=tuple(betas),
+        eps=eps,
+        **implementation(params, fused, foreach, grad_scaler),
     )
+
+
+def optimizer_from_config(
+    model: nn.Module, optim: dict, grad_scaler: bool = False
+) -> torch.optim.Optimizer:
+    """cfg.optim (a plain dict) instantiated for `model`: its `_target_` (build_optimizer
+    unless the config names another builder) called with the model and every key but `lr`,
+    which is the schedule's peak (schedules.schedule_from_config)."""
+    spec = {"_target_": DEFAULT_OPTIMIZER, **optim, "_partial_": True}
+    spec.pop("lr", None)
+    return instantiate(spec, _convert_="all")(model, grad_scaler=grad_scaler)

@@ -16,7 +16,10 @@ import math
 from collections.abc import Callable
 from functools import partial
 
+from hydra.utils import instantiate
+
 SCHEDULERS = ("noam", "inverse_sqrt", "cosine", "constant")
+DEFAULT_SCHEDULE = "attnlab.training.schedules.build_schedule"  # for configs saved without one
 
 
 def noam(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -131,18 +134,13 @@ def build_schedule(
 def schedule_from_config(
     optim: dict, scheduler: dict, d_model: int, max_steps: int | None
 ) -> Callable[[int], float]:
-    """The schedule of a run's config: cfg.optim and cfg.scheduler as plain dicts, the model's
-    d_model and trainer.max_steps (the cosine horizon unless scheduler.max_steps is set)."""
-    return build_schedule(
-        scheduler["name"],
-        lr=optim["lr"],
-        d_model=d_model,
-        warmup_steps=scheduler["warmup_steps"],
-        max_steps=scheduler.get("max_steps") or max_steps,
-        min_lr=scheduler.get("min_lr", 0.0),
-        scale=scheduler.get("scale", 1.0),
-        peak_lr=scheduler.get("peak_lr"),
-    )
+    """The schedule of a run's config: cfg.scheduler (a plain dict) instantiated, a partial of
+    its `_target_` (build_schedule unless the config names another), completed with cfg.optim's
+    lr (the peak), the model's d_model and trainer.max_steps (the cosine horizon unless
+    scheduler.max_steps is set)."""
+    spec = {"_target_": DEFAULT_SCHEDULE, **scheduler, "_partial_": True}
+    spec["max_steps"] = spec.get("max_steps") or max_steps
+    return instantiate(spec, _convert_="all")(lr=optim["lr"], d_model=d_model)
 
 
 def lr_lambda(schedule: Callable[[int], float]) -> Callable[[int], float]:
