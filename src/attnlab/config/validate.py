@@ -221,13 +221,16 @@ def _check_synthetic_data(cfg: DictConfig, model: TransformerConfig) -> None:
     """The synthetic DataModule's own argument rules; learned positions long enough."""
     if OmegaConf.get_type(cfg.data) is not SYNTHETIC_SCHEMA:
         return
-    from attnlab.data.synthetic import SyntheticDataModule
+    from attnlab.data.configs import SyntheticDataConfig, options_of
+    from attnlab.data.synthetic import SyntheticDataModule, max_positions
 
     kwargs = to_plain(cfg.data)
     kwargs.pop("_target_")
-    data = SyntheticDataModule(**kwargs)  # its constructor checks lengths and sizes
-    if model.pos_encoding == "learned" and model.max_len < data.max_seq_len:
+    options = options_of(SyntheticDataConfig, kwargs, SyntheticDataModule.__name__)
+    raise_first(SyntheticDataModule.own_problems(options))  # the module's own rules, unbuilt
+    longest = max_positions(options)
+    if model.pos_encoding == "learned" and model.max_len < longest:
         raise ValueError(
             f"model.max_len={model.max_len} is shorter than the longest sequence of the data "
-            f"({data.max_seq_len}); learned positions need model.max_len >= {data.max_seq_len}"
+            f"({longest}); learned positions need model.max_len >= {longest}"
         )

@@ -212,6 +212,20 @@ class SyntheticBatches(Dataset):
         return self.dm.make_batch(self._global_size(i), self.length, generator, self._rows(i))
 
 
+def positions_needed(task: str, length: int) -> int:
+    """Positions a model reads for inputs of `length` symbols, greedy decoding included:
+    seq2seq: src x [EOS] (length + 1), tgt_in [BOS] y (length + 1), one more step to emit
+    EOS; lm: [BOS] x [SEP] y (2 * length + 2)."""
+    return 2 * length + 2 if task == "lm" else length + 2
+
+
+def max_positions(o: SyntheticDataConfig) -> int:
+    """Positions of the longest sequence of the training, validation and test splits (the
+    eval_lengths may go beyond what a model represents)."""
+    longest = max(o.train_len[1], (o.val_len or o.train_len)[1], o.eval_len[1])
+    return positions_needed(task_for_arch(o.arch), longest)
+
+
 class SyntheticDataModule(ResumableDataModule):
     """copy / reverse / sort over `n_symbols` symbols (ids NUM_SPECIAL upward).
 
@@ -237,9 +251,7 @@ class SyntheticDataModule(ResumableDataModule):
         self.sep_id = NUM_SPECIAL + o.n_symbols if self.task == "lm" else None
         self.tokenizer = SymbolTokenizer(o.n_symbols, self.sep_id)
         self.vocab_size = self.tokenizer.vocab_size
-        # Longest sequence of the splits (eval_lengths may go beyond what a model represents).
-        longest = max(self.train_len[1], self.val_len[1], self.eval_len[1])
-        self.max_seq_len = self.positions_needed(longest)
+        self.max_seq_len = max_positions(o)
         self.datasets: dict[str, SyntheticBatches] = {}
 
     @staticmethod
@@ -283,11 +295,8 @@ class SyntheticDataModule(ResumableDataModule):
         return lm_batch(x, y, lengths, self.sep_id)
 
     def positions_needed(self, length: int) -> int:
-        """Positions a model reads for inputs of `length` symbols, greedy decoding included:
-        seq2seq: src x [EOS] (length + 1), tgt_in [BOS] y (length + 1), one more step to emit
-        EOS; lm: [BOS] x [SEP] y
-        (2 * length + 2)."""
-        return 2 * length + 2 if self.task == "lm" else length + 2
+        """Positions a model reads for inputs of `length` symbols (positions_needed below)."""
+        return positions_needed(self.task, length)
 
     def length_batches(self, length: int, n_examples: int) -> list[dict]:
         """n_examples fixed examples whose inputs are all exactly `length` symbols long, in

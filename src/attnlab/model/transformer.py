@@ -32,8 +32,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        config.validate()
-        self.config = cfg = config
+        self.config = cfg = config  # validated when it was made (TransformerConfig.__post_init__)
         tgt_embeddings = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pad_id)
         self.encoder = None
         if cfg.arch == "encoder_decoder":
