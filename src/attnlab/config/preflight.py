@@ -123,7 +123,8 @@ def _unknown_key(key: str, parent, outer: BaseException) -> str:
     where, _, name = key.rpartition(".")
     if where == "trainer" and name in ATTNLAB_SETS:
         return f"{key} is set by attnlab-train; use {ATTNLAB_SETS[name]}"
-    known = [str(k) for k in parent.keys() if k != "hydra"] if OmegaConf.is_dict(parent) else []
+    keys = [str(k) for k in parent.keys()] if OmegaConf.is_dict(parent) else []
+    known = [k for k in keys if k != "hydra" and not (k.startswith("_") and k.endswith("_"))]
     line = f"{key} is not a key of {where or 'the config'}"
     close = difflib.get_close_matches(name, known, n=1)
     if close:

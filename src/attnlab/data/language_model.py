@@ -190,6 +190,7 @@ class TinyShakespeareDataModule(LMTextDataModule):
 
     option = "tinyshakespeare"
     config_class = TinyShakespeareDataConfig
+    dataset = ("tinyshakespeare", "Tiny Shakespeare", "input.txt")
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
@@ -202,13 +203,6 @@ class TinyShakespeareDataModule(LMTextDataModule):
         if key == "path":
             return "data.path: Tiny Shakespeare reads <data.root>/input.txt; remove data.path"
         return None
-
-    @classmethod
-    def place_problems(cls, args: Mapping) -> list[str]:
-        """A named data.root that does not exist and will not be fetched."""
-        root = cls.dataset_root(args["root"], args["cache_dir"], "tinyshakespeare")
-        fetch = cls.fetches(args["root"], args["download"])
-        return present(cls.root_problem(root, fetch, "Tiny Shakespeare", "input.txt"))
 
     @staticmethod
     def root_text_file(root: Path) -> Path:

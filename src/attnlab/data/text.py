@@ -208,6 +208,8 @@ class TokenizedDataModule(ResumableDataModule):
 
     config_class: type = TextDataConfig  # each module's options (attnlab.data.configs)
     preserve_whitespace = False  # tokenizer: keep text byte-exact (running text)
+    # a named dataset read from data.root: (its folder under the cache, its name, its files)
+    dataset: tuple[str, str, str] | None = None
 
     def __init__(self, **options) -> None:
         """`options`: the fields of the class's config_class, checked here: an unknown key or
@@ -255,9 +257,15 @@ class TokenizedDataModule(ResumableDataModule):
 
     @classmethod
     def place_problems(cls, args: Mapping) -> list[str]:
-        """Where the files come from (the preflight only): a named folder that does not exist
-        and will not be fetched."""
-        return []
+        """Where the files come from (the preflight only): for a named dataset (`dataset`), a
+        data.root that does not exist and will not be fetched."""
+        if cls.dataset is None:
+            return []
+        folder, shown, files = cls.dataset
+        root = cls.dataset_root(args["root"], args["cache_dir"], folder)
+        return present(
+            cls.root_problem(root, cls.fetches(args["root"], args["download"]), shown, files)
+        )
 
     @classmethod
     def arg_problems(cls, args: Mapping) -> list[str]:

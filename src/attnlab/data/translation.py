@@ -208,6 +208,7 @@ class Multi30kDataModule(TranslationDataModule):
 
     option = "multi30k"
     config_class = Multi30kDataConfig
+    dataset = ("multi30k", "Multi30K", "{train,val,test_2016_flickr}.{en,de}.gz")
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
@@ -236,14 +237,6 @@ class Multi30kDataModule(TranslationDataModule):
                 f"{' and '.join(MULTI30K_LANGS)}"
             )
         return problems
-
-    @classmethod
-    def place_problems(cls, args: Mapping) -> list[str]:
-        """A named data.root that does not exist and will not be fetched."""
-        root = cls.dataset_root(args["root"], args["cache_dir"], "multi30k")
-        fetch = cls.fetches(args["root"], args["download"])
-        names = "{train,val,test_2016_flickr}.{en,de}.gz"
-        return present(cls.root_problem(root, fetch, "Multi30K", names))
 
     @staticmethod
     def split_file(root: Path, split: str, lang: str) -> Path:
