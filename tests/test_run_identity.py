@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from attnlab.runs.identity import (
     config_drift,
     defining_overrides,
@@ -88,10 +90,32 @@ def test_a_trial_refused_with_exit_2_is_not_credited_with_an_older_results_json(
     assert (rerun.status, rerun.metric) == ("completed", 0.5)
 
 
-def test_a_builder_named_since_the_run_was_made_is_not_a_change():
-    """optim._target_ / scheduler._target_ came with issue 22; older run directories lack them."""
-    stored = {"optim": {"name": "adam", "lr": 1e-3}}
-    current = {"optim": {"_target_": "x.build", "_partial_": True, "name": "adam", "lr": 1e-3}}
-    assert config_drift(stored, current) == []
-    changed = {"optim": {"_target_": "y.build", "name": "adam", "lr": 1e-3}}
-    assert config_drift(current, changed) == ["optim._target_: 'x.build' -> 'y.build'"]
+def test_an_option_added_since_the_run_was_made_is_no_change_at_its_default():
+    """model.qk_norm and optim._target_ came with issue 22; older run directories lack them."""
+    stored = {"model": {"n_heads": 8}, "optim": {"lr": 1e-3}}
+    current = {"model": {"n_heads": 8, "qk_norm": False}, "optim": {"_target_": "x", "lr": 1e-3}}
+    defaults = {"model.qk_norm": False, "optim._target_": "x"}
+
+    def at_default(key, value):
+        return key in defaults and defaults[key] == value
+
+    assert config_drift(stored, current, at_default) == []
+    turned_on = {**current, "model": {"n_heads": 8, "qk_norm": True}}
+    assert config_drift(stored, turned_on, at_default) == ["model.qk_norm: <absent> -> True"]
+    assert len(config_drift(stored, current)) == 2  # without the rule: both are changes
+
+
+def test_the_run_refuses_a_stored_config_only_where_it_differs(compose, tmp_path):
+    import yaml
+
+    from attnlab.config.plain import plain_config
+    from attnlab.pipeline.train import refuse_changed_config
+    from attnlab.runs.identity import RunConfigChanged
+
+    here = [f"paths.run_dir={tmp_path}"]
+    stored = plain_config(compose(here))
+    del stored["model"]["qk_norm"], stored["optim"]["_target_"]  # as written before they existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(stored))
+    refuse_changed_config(tmp_path, compose(here))  # defaults: the same run
+    with pytest.raises(RunConfigChanged, match=r"model.qk_norm: <absent> -> True"):
+        refuse_changed_config(tmp_path, compose([*here, "model.qk_norm=true"]))

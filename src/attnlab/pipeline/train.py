@@ -7,6 +7,7 @@ and results.json are described in docs/architecture.md.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -117,7 +118,7 @@ def refuse_changed_config(run_dir: Path, cfg: DictConfig, shown: int = 3) -> Non
     if not stored_path.is_file():
         return
     stored = OmegaConf.to_container(OmegaConf.load(stored_path))
-    drift = config_drift(stored, plain_config(cfg))
+    drift = config_drift(stored, plain_config(cfg), lambda key, value: _is_default(cfg, key, value))
     if drift:
         more = f" and {len(drift) - shown} more" if len(drift) > shown else ""
         raise RunConfigChanged(
@@ -125,6 +126,20 @@ def refuse_changed_config(run_dir: Path, cfg: DictConfig, shown: int = 3) -> Non
             "probably an edited preset or default; add resume=never to train this config in a "
             "new directory"
         )
+
+
+def _is_default(cfg: DictConfig, key: str, value) -> bool:
+    """Is `value` the schema's default for the dotted `key` of `cfg` (a field of a structured
+    config node, e.g. model.qk_norm -> TransformerConfig's qk_norm)?"""
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    schema = OmegaConf.get_type(node) if OmegaConf.is_dict(node) else None
+    if not dataclasses.is_dataclass(schema):
+        return False
+    field = {f.name: f for f in dataclasses.fields(schema)}.get(name)
+    if field is None or field.default is dataclasses.MISSING:
+        return False
+    return getattr(field.default, "value", field.default) == value
 
 
 def _start_record(

@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from attnlab.runs.dotted import flatten
 from attnlab.runs.record import run_name
@@ -54,18 +55,17 @@ def defining_overrides(overrides: list[str]) -> list[str]:
     return sorted(o.strip() for o in overrides if is_defining(_key(o)))
 
 
-_BUILDER_KEYS = ("_target_", "_partial_")
-
-
-def config_drift(stored: Mapping, current: Mapping) -> list[str]:
+def config_drift(
+    stored: Mapping, current: Mapping, added_at_default: Callable[[str, Any], bool] | None = None
+) -> list[str]:
     """`key: old -> new` for each defining key whose value differs between two nested configs
-    (a key present in only one of them shows as <absent>), sorted by key. Hydra's instantiation
-    keys (`_target_`, `_partial_`) present on one side only are not a change: a run directory
-    written before a group named its builder holds the same run."""
+    (a key present in only one of them shows as <absent>), sorted by key. A key the stored
+    config lacks is no change when `added_at_default(key, value)` says its value is the
+    option's default: an option added to attnlab since the run was made, left as it was."""
     old, new = flatten(dict(stored)), flatten(dict(current))
-    for key in [k for k in old.keys() ^ new.keys() if k.rpartition(".")[2] in _BUILDER_KEYS]:
-        old.pop(key, None)
-        new.pop(key, None)
+    if added_at_default is not None:
+        for key in [k for k in new.keys() - old.keys() if added_at_default(k, new[k])]:
+            new.pop(key)
 
     def show(values: dict, key: str) -> str:
         return repr(values[key]) if key in values else "<absent>"
