@@ -80,12 +80,12 @@ setup() {  # there: install the carried wheels beside the image's torch and Ligh
 }
 
 bench() {
-  $PY -m attnlab.bench --vs-torch-nn --memory --compile both "${BENCH[@]}" "${BASE[@]}" \
+  $PY -m attnlab.cli.bench --vs-torch-nn --memory --compile both "${BENCH[@]}" "${BASE[@]}" \
     --json "$OUT/battery-bench.json" 2>&1 | tee "$OUT/battery-bench.log"
 }
 
 attention() {
-  $PY -m attnlab.bench --attention "${BENCH[@]}" "${BASE[@]}" \
+  $PY -m attnlab.cli.bench --attention "${BENCH[@]}" "${BASE[@]}" \
     --json "$OUT/battery-attention.json" 2>&1 | tee "$OUT/battery-attention.log"
 }
 

@@ -6,8 +6,10 @@ its `_target_`, so composing checks types (`data.max_tokens=lots` fails) and unk
 (`data.train_src=...` under multi30k fails), and `instantiate(cfg.data)` builds the module.
 The harness wires two defaults: the data follow the run's `${seed}`, and synthetic data the
 model's `${model.arch}` (which decides the batch format). conf/data/<option>.yaml names
-`/<ConfigStore name>@_here_` in its defaults. Rules between values are the DataModules' own and
-run in the preflight through attnlab.config.data_check.check_data_config.
+`/<ConfigStore name>@_here_` in its defaults. Rules between values are the DataModules' own
+(`own_problems`); the preflight runs them without building a module, for text data through
+attnlab.config.data_check.check_data_config (every file read too), for synthetic data in
+attnlab.config.validate.
 """
 
 from __future__ import annotations

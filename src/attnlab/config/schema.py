@@ -2,10 +2,12 @@
 
 conf/train.yaml starts its defaults list with `train_schema`, so every composed config is typed:
 OmegaConf rejects `model.n_heads=two` or `model.pos_encoding=foo` (listing the valid choices)
-while composing. Choice fields are `str` Enums built from the choice tuples of the layers
-(attnlab.model.config, attnlab.data.options, attnlab.training.options and .schedules), none
-of which imports torch, so `attnlab-train --help` answers without loading it;
-attnlab.config.plain.to_plain turns them back into plain strings.
+while composing. The model and data groups are made from the classes that declare their options
+(attnlab.model.config.TransformerConfig, attnlab.data.configs) by attnlab.config.structured
+(`Literal` choices -> str Enums); the harness's own groups are declared here, their choices
+str Enums of attnlab.training.options and .schedules. None of these imports torch, so
+`attnlab-train --help` answers without loading it; attnlab.config.plain.to_plain turns the Enums
+back into plain strings.
 
 Checks between fields (d_model divisible by n_heads, ...) run later, in attnlab.config.validate.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Trainer arguments that attnlab.pipeline.train.build_trainer passes itself, and the config
+# Trainer arguments that attnlab.pipeline.build.build_trainer passes itself, and the config
 # that controls each.
 ATTNLAB_SETS = {
     "logger": "logger=wandb|csv|tensorboard|none, or several: logger=[wandb,tensorboard]",

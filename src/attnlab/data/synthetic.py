@@ -235,10 +235,12 @@ class SyntheticDataModule(ResumableDataModule):
     (fresh) training examples per epoch, rounded down to whole batches.
     """
 
+    config_class = SyntheticDataConfig  # the options (attnlab.data.configs)
+
     def __init__(self, **options) -> None:
         """`options`: SyntheticDataConfig's fields (attnlab.data.configs), checked here."""
         super().__init__()
-        o = self.options = options_of(SyntheticDataConfig, options, type(self).__name__)
+        o = self.options = options_of(self.config_class, options, type(self).__name__)
         raise_first(self.own_problems(o))
         self.name, self.arch, self.n_symbols = o.name, o.arch, o.n_symbols
         self.train_len, self.eval_len = tuple(o.train_len), tuple(o.eval_len)

@@ -198,14 +198,11 @@ class MultiHeadAttention(nn.Module):
         """Q of x (B, H, T, d_k); K, V of memory (B', H, S, d_k), from the cache after the
         first decoding step."""
         (q,) = self._project(x, self.w_q, ctx=ctx)
-        q = self.q_norm(q)
-        if ctx.rope is not None:
-            q = apply_rope(q, *ctx.rope)
+        q = self.q_norm(q)  # no relative positions between a target and a source position
 
         def keys_values() -> tuple[Tensor, Tensor]:
             k, v = self._project(memory, self.w_k, self.w_v)
-            k = self.k_norm(k)
-            return (apply_rope(k, *ctx.rope) if ctx.rope is not None else k), v
+            return self.k_norm(k), v
 
         return q, *(ctx.cache.keys_values(keys_values) if ctx.cache else keys_values())
 

@@ -23,7 +23,8 @@ class AttentionContext:
 
     key_padding_mask: (B', S) bool, True at pad keys, or None (nothing to mask).
     causal: the T queries are the last T of S positions and see no later key.
-    rope: (cos, sin), each (T, d_k/2), for the queries' (and new keys') positions, or None.
+    rope: (cos, sin), each (T, d_k/2), for the queries' (and new keys') positions, or None;
+        self-attention only (forward(x, memory) ignores it).
     alibi: the bias (1, H, T, S), or None.
     packing: the queries are the N real positions of a (B, T) batch, (N, d_model), or None.
     cache: the keys and values of earlier decoding steps (self-attention: they grow; cross-
