@@ -174,6 +174,49 @@ def test_every_logger_option_builds(compose, option, tmp_path, monkeypatch):
     assert "ReplayingWandbLogger" not in names
 
 
+def _quiet_module_class():
+    from attnlab.training.module import Seq2SeqModule
+
+    class QuietSeq2Seq(Seq2SeqModule):
+        """A researcher's own LightningModule, named by module._target_."""
+
+    return QuietSeq2Seq
+
+
+QuietSeq2Seq = _quiet_module_class()
+
+
+def test_the_module_is_the_class_its_target_names(compose, tmp_path):
+    from attnlab.pipeline.build import build_datamodule, build_module
+    from attnlab.training.module import Seq2SeqModule
+
+    class_name = f"{__name__}.QuietSeq2Seq"
+    for overrides, expected in (
+        ([], Seq2SeqModule),
+        ([f"module._target_={class_name}"], QuietSeq2Seq),
+    ):
+        cfg = compose([f"paths.run_dir={tmp_path}", *overrides])
+        module = build_module(cfg, build_datamodule(cfg, tmp_path))
+        assert type(module) is expected
+        assert module.hparams.optim["lr"] == cfg.optim.lr  # the same arguments either way
+
+
+def csv_beside(run, subdir="tensorboard"):
+    """A logger builder with tensorboard_logger's arguments, for the `_target_` test below."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    return CSVLogger(run.run_dir / subdir, name=run.name)
+
+
+def test_a_logger_is_the_builder_its_target_names(compose, tmp_path):
+    cfg = compose(["logger=tensorboard", f"logger.tensorboard._target_={__name__}.csv_beside"])
+    loggers = build_loggers(cfg, tmp_path, "run")
+    assert [type(lg).__name__ for lg in loggers] == ["ContinuingCSVLogger", "CSVLogger"]
+    assert (
+        loggers[1].name == "run" and Path(loggers[1].root_dir) == tmp_path / "tensorboard" / "run"
+    )
+
+
 @pytest.mark.parametrize("option", _options("callbacks"))
 def test_every_callbacks_option_instantiates(compose, option, tmp_path):
     cfg = compose([f"callbacks={option}", f"paths.run_dir={tmp_path}"])

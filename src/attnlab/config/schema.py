@@ -97,6 +97,15 @@ class SchedulerConfig:
 
 
 @dataclass
+class ModuleConfig:
+    """The LightningModule (attnlab.pipeline.build.build_module): `_target_` null picks
+    Seq2SeqModule or LanguageModelModule by the data's task; module._target_=pkg.MyModule
+    trains your own subclass of attnlab.training.module.TransformerModule (same arguments)."""
+
+    _target_: str | None = None
+
+
+@dataclass
 class LossConfig:
     """Label-smoothed cross-entropy (Sec. 5.4, eps_ls), padding ignored. `normalize`: divide the
     summed token losses by the target tokens of the global batch (tokens_global: all DDP ranks,
@@ -109,9 +118,12 @@ class LossConfig:
 
 @dataclass
 class WandbConfig:
-    """lightning WandbLogger. offline=true never tries to upload; without an API key or network
-    the run goes offline by itself."""
+    """lightning WandbLogger, a partial of `_target_` completed with the run (its directory,
+    name, W&B group and tags; attnlab.runs.loggers.build_loggers). offline=true never tries to
+    upload; without an API key or network the run goes offline by itself."""
 
+    _target_: str = "attnlab.runs.loggers.wandb_logger"
+    _partial_: bool = True
     project: str = "attnlab"
     entity: str | None = None
     offline: bool = False
@@ -120,8 +132,11 @@ class WandbConfig:
 
 @dataclass
 class TensorBoardConfig:
-    """lightning TensorBoardLogger: event files in <run_dir>/<subdir> (attnlab[tensorboard])."""
+    """lightning TensorBoardLogger: event files in <run_dir>/<subdir> (attnlab[tensorboard]), a
+    partial of `_target_` completed with the run (attnlab.runs.loggers.build_loggers)."""
 
+    _target_: str = "attnlab.runs.loggers.tensorboard_logger"
+    _partial_: bool = True
     subdir: str = "tensorboard"
 
 
@@ -165,6 +180,7 @@ class TrainConfig:
     data: Any = MISSING
     optim: OptimConfig = MISSING
     scheduler: SchedulerConfig = MISSING
+    module: ModuleConfig = field(default_factory=ModuleConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = field(default_factory=LoggerConfig)

@@ -64,9 +64,16 @@ def build_datamodule(cfg: DictConfig, run_dir: Path) -> L.LightningDataModule:
 
 
 def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
-    """The LightningModule for the data's task, with the model sized to its vocabulary."""
+    """cfg.module's `_target_` (null: the LightningModule for the data's task, Seq2SeqModule or
+    LanguageModelModule) instantiated with the model sized to the data's vocabulary, the data's
+    special ids and the optim, scheduler and loss groups."""
     model_config = transformer_config(cfg.model, datamodule.vocab_size, datamodule.pad_id)
-    return module_for(datamodule.task)(
+    default = module_for(datamodule.task)
+    target = cfg.module.get("_target_") or f"{default.__module__}.{default.__qualname__}"
+    return instantiate(
+        {"_target_": target},
+        _recursive_=False,  # optim and scheduler stay plain dicts: checkpoints load weights_only
+        _convert_="all",
         model=model_config.to_dict(),
         optim=to_plain(cfg.optim),
         scheduler=to_plain(cfg.scheduler),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab import programs
@@ -17,28 +18,58 @@ PROG = programs.TRAIN
 TENSORBOARD_EXTRA = 'pip install "attnlab[tensorboard]"'
 
 
-def build_loggers(cfg, run_dir: Path, name: str) -> list:
-    """CSV (always: <run_dir>/metrics.csv), then W&B and TensorBoard where cfg.logger sets them."""
-    from lightning.pytorch.utilities import rank_zero_only
+@dataclass(frozen=True)
+class RunForLoggers:
+    """What every logger of a run is given besides its own config."""
 
-    from attnlab.runs.lightning_loggers import ContinuingCSVLogger, ReplayingTensorBoardLogger
+    run_dir: Path
+    name: str
+    group: str | None
+    tags: list[str]
+    previous: list[dict]  # the rows a resumed run already logged (attnlab.runs.history)
+
+
+def build_loggers(cfg, run_dir: Path, name: str) -> list:
+    """CSV (always: <run_dir>/metrics.csv), then each logger cfg.logger configures: its node is
+    a partial of its `_target_` (conf/logger/*.yaml), called with the run; a builder may return
+    None (W&B under WANDB_MODE=disabled)."""
+    from hydra.utils import instantiate
+
+    from attnlab.runs.lightning_loggers import ContinuingCSVLogger
 
     previous = logged_rows(run_dir)  # read before the CSV logger continues the file
+    run = RunForLoggers(run_dir, name, cfg.group, list(cfg.tags), previous)
     loggers: list = [ContinuingCSVLogger(run_dir)]
-    wandb_cfg = cfg.logger.get("wandb")
-    if wandb_cfg is not None and wandb_mode() != "disabled":  # WANDB_MODE=disabled: no W&B
-        with _keep_env("WANDB_MODE"):  # Lightning sets WANDB_MODE=dryrun for offline runs
-            logger, offline_reason = _wandb_logger(cfg, wandb_cfg, run_dir, name, previous)
-            with skipping_unused_launch_inputs():
-                logger.experiment  # noqa: B018  wandb.init, here (rank 0; Lightning would later)
-            loggers.append(logger)
-            if offline_reason and rank_zero_only.rank == 0:
-                print(f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
-                      f"{upload_command(run_dir, logger.experiment.id)}")  # fmt: skip
-    tensorboard_cfg = cfg.logger.get("tensorboard")
-    if tensorboard_cfg is not None:
-        loggers.append(ReplayingTensorBoardLogger(run_dir, previous, tensorboard_cfg.subdir))
-    return loggers
+    for node in cfg.logger.values():
+        if node is not None:
+            loggers.append(instantiate(node)(run))
+    return [logger for logger in loggers if logger is not None]
+
+
+def wandb_logger(run: RunForLoggers, project: str, entity: str | None = None,
+                 offline: bool = False, log_model: bool = False):  # fmt: skip
+    """Lightning's WandbLogger continuing the run's history, started here (wandb.init; offline
+    when forced or without an API key or network, with one line saying how to upload), or None
+    under WANDB_MODE=disabled."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if wandb_mode() == "disabled":
+        return None
+    with _keep_env("WANDB_MODE"):  # Lightning sets WANDB_MODE=dryrun for offline runs
+        logger, offline_reason = _wandb_logger(run, project, entity, offline, log_model)
+        with skipping_unused_launch_inputs():
+            logger.experiment  # noqa: B018  wandb.init, here (rank 0; Lightning would later)
+    if offline_reason and rank_zero_only.rank == 0:
+        print(f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
+              f"{upload_command(run.run_dir, logger.experiment.id)}")  # fmt: skip
+    return logger
+
+
+def tensorboard_logger(run: RunForLoggers, subdir: str = "tensorboard"):
+    """Lightning's TensorBoardLogger into <run_dir>/<subdir>, replaying a resumed run's rows."""
+    from attnlab.runs.lightning_loggers import ReplayingTensorBoardLogger
+
+    return ReplayingTensorBoardLogger(run.run_dir, run.previous, subdir)
 
 
 @contextmanager
@@ -61,26 +92,26 @@ def upload_command(run_dir: Path, run_id: str) -> str:
     return f"wandb sync --id {run_id} {segments}"
 
 
-def _wandb_logger(cfg, wandb_cfg, run_dir: Path, name: str, previous: list[dict]):
+def _wandb_logger(run: RunForLoggers, project, entity, offline: bool, log_model: bool):
     import wandb
 
     from attnlab.runs.lightning_loggers import ReplayingWandbLogger
 
-    offline_reason = wandb_offline_reason(force_offline=wandb_cfg.offline)
-    # Offline, wandb's own console output is replaced by the one line build_loggers prints.
+    offline_reason = wandb_offline_reason(force_offline=offline)
+    # Offline, wandb's own console output is replaced by the one line wandb_logger prints.
     settings = wandb.Settings(silent=offline_reason is not None)
     logger = ReplayingWandbLogger(
-        previous,
-        name=name,
-        project=wandb_cfg.project,
-        entity=wandb_cfg.entity,
-        group=cfg.group,
-        tags=list(cfg.tags),
-        save_dir=str(run_dir),
+        run.previous,
+        name=run.name,
+        project=project,
+        entity=entity,
+        group=run.group,
+        tags=run.tags,
+        save_dir=str(run.run_dir),
         offline=offline_reason is not None,
-        log_model=wandb_cfg.log_model,
+        log_model=log_model,
         settings=settings,
-        id=wandb_run_id(run_dir),  # the same run directory continues the same W&B run
+        id=wandb_run_id(run.run_dir),  # the same run directory continues the same W&B run
         resume="allow",
     )
     return logger, offline_reason
