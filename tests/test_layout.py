@@ -87,3 +87,29 @@ def test_no_module_over_450_lines_and_no_function_over_60():
     assert len(modules) > 100 and max(functions.values()) > 40  # the census found the code
     assert {m: n for m, n in modules.items() if n > 450} == {}
     assert {f: n for f, n in functions.items() if n > 60} == {}
+
+
+def _status_literals_compared(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines comparing something with a status spelled as a string ("completed")."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            items = [e for s in sides for e in (s.elts if isinstance(s, ast.Tuple) else [s])]
+            if any(isinstance(e, ast.Constant) and e.value in names for e in items):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_statuses_are_compared_by_their_one_home_not_spelled_again():
+    from attnlab.runs.status import Status
+
+    names = {s.value for s in Status}
+    found = {
+        str(path.relative_to(SRC)): lines
+        for path in SRC.rglob("*.py")
+        if path.name != "status.py"
+        and (lines := _status_literals_compared(ast.parse(path.read_text()), names))
+    }
+    assert found == {}
+    assert _status_literals_compared(ast.parse('s == "completed"'), names) == [1]

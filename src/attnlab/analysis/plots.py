@@ -11,6 +11,7 @@ from pathlib import Path
 from attnlab.analysis.groups import group_label, group_metric
 from attnlab.analysis.runs import Group, Run
 from attnlab.analysis.tables import fmt_value
+from attnlab.runs.status import Status
 
 
 def read_curve(metrics_csv: Path, metric: str) -> tuple[list[int], list[float]]:
@@ -50,7 +51,7 @@ def plot_curves(groups: Sequence[Group], names: dict, metric: str, path: Path) -
         color, label = f"C{i % 10}", group_label(g, names)
         y_seen += _draw_mean_curve(ax, g, metric, color, label)
         for run in g.runs:
-            if run.status != "completed":
+            if run.status != Status.COMPLETED:
                 y_other += _draw_unfinished_run(ax, run, metric, color, label)
     if not (y_seen or y_other):
         plt.close(fig)

@@ -17,6 +17,7 @@ import yaml
 from attnlab.analysis.groups import sort_key
 from attnlab.analysis.runs import Group, Run
 from attnlab.analysis.tables import fmt_value
+from attnlab.runs.status import Status
 
 FIXED = ("seed", "status", "wall_time_s")
 
@@ -80,7 +81,7 @@ def read_runs_csv(path: Path) -> list[Run]:
         runs.append(
             Run(
                 path=path,
-                status=cell["status"] or "unknown",
+                status=cell["status"] or Status.UNKNOWN,
                 metrics=values,
                 config={k: _parse(cell[k]) for k in keys} | {"seed": _parse(cell["seed"])},
                 seed=_parse(cell["seed"]),

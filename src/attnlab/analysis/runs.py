@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.runs.dotted import flatten
-from attnlab.runs.status import status_counts
+from attnlab.runs.status import Status, status_counts
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Group:
     runs: list[Run] = field(default_factory=list)
 
     def completed(self) -> list[Run]:
-        return [r for r in self.runs if r.status == "completed"]
+        return [r for r in self.runs if r.status == Status.COMPLETED]
 
     def status(self) -> str:
         return status_counts([r.status for r in self.runs])
@@ -81,7 +81,7 @@ def load_run(path: Path) -> Run:
     wall = data.get("wall_time_s")
     return Run(
         path=path,
-        status=str(data.get("status") or "unknown"),
+        status=str(data.get("status") or Status.UNKNOWN),
         metrics={**numbers, **eval_metrics(path.parent), **length_metrics(extrapolation)},
         config=config,
         seed=data.get("seed", config.get("seed")),
@@ -148,7 +148,7 @@ def trials_without_results(paths: Iterable[str | os.PathLike], found: set[Path])
                 runs.append(
                     Run(
                         path=path,
-                        status=str(t.get("status") or "unknown"),
+                        status=str(t.get("status") or Status.UNKNOWN),
                         metrics={},
                         config=flatten(t["params"]),
                         seed=t["params"].get("seed"),

@@ -25,6 +25,7 @@ import torch
 
 from attnlab.bench.context import Context
 from attnlab.bench.timing import interleave, summarize, synchronize
+from attnlab.runs.status import Status
 from attnlab.training.losses import label_smoothed_nll
 
 MARKER = "attnlab-bench: first step at"
@@ -87,7 +88,7 @@ def _lightning_block(ctx: Context, block: int) -> float:
         trainer, _ = build_trainer(cfg, run_dir, loggers)
         trainer.callbacks.append(clock)
         trainer.fit(module, datamodule=datamodule)  # the progress bar still draws, unseen
-        finish_wandb(loggers, {"status": "completed"})
+        finish_wandb(loggers, {"status": Status.COMPLETED})
     return clock.per_step()
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from attnlab import programs
-from attnlab.runs.status import exit_code
+from attnlab.runs.status import Status, exit_code
 from attnlab.sweeps.runner import gpu_groups, gpu_slots, run_trials, sharing_line
 from attnlab.sweeps.spec import (
     SweepError,
@@ -140,14 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
-    interrupted = any(r.status in ("interrupted", "not_started") for r in results)
+    interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)
     print()
     sharing = sharing_line(args.trials_per_gpu) if share is not None else None
     print(write_summary(results, out, name, args.sweep, metric, interrupted, sharing))
     if interrupted:
         print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], out)}")
     # attnlab-train's codes (attnlab.runs.status): a trial never started counts as interrupted
-    return exit_code(["interrupted" if r.status == "not_started" else r.status for r in results])
+    return exit_code(
+        [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
+    )
 
 
 def resume_command(argv: list[str], out: Path) -> str:

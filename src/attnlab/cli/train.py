@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 
 from attnlab import programs
+from attnlab.runs.status import Status
 
 PROG = programs.TRAIN
 
@@ -43,15 +44,15 @@ def _task(cfg) -> dict:
     problem = None if checked else trainer_problem(to_plain(cfg.trainer))  # on the job's machine
     if problem:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
-        _EXIT_STATUSES.append("config_error")
-        return {"status": "config_error", "error": problem}
+        _EXIT_STATUSES.append(Status.CONFIG_ERROR)
+        return {"status": Status.CONFIG_ERROR, "error": problem}
     try:
         results = train(cfg, overrides=list(hydra_cfg.overrides.task), validated=checked)
     except RunConfigChanged as err:  # nothing was written: one line, exit 2
         print(f"{PROG}: error: {err}", file=sys.stderr)
-        _EXIT_STATUSES.append("config_error")
-        return {"status": "config_error", "error": str(err)}
-    _EXIT_STATUSES.append(results.get("status", "failed"))
+        _EXIT_STATUSES.append(Status.CONFIG_ERROR)
+        return {"status": Status.CONFIG_ERROR, "error": str(err)}
+    _EXIT_STATUSES.append(results.get("status", Status.FAILED))
     return results
 
 

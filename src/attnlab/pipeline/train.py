@@ -32,6 +32,7 @@ from attnlab.runs.guard import RunState, run_guard
 from attnlab.runs.identity import RunConfigChanged, config_drift
 from attnlab.runs.record import RunRecord, ablation_config, run_name
 from attnlab.runs.startup import resume_collector
+from attnlab.runs.status import Status
 from attnlab.runs.wandb import finish_wandb, wandb_id
 
 # Lightning 2.6 on torch 2.13 warns on every run about its own use of a torch internal.
@@ -74,9 +75,9 @@ def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool =
                 raise
         status = _final_status(built)
         metrics = _scalars(built.trainer.callback_metrics)
-        if status == "completed":
+        if status == Status.COMPLETED:
             _one_file_per_step(built.trainer, run_dir / "checkpoints")
-        if status in ("completed", "debug"):
+        if status in (Status.COMPLETED, Status.DEBUG):
             metrics.update(_test(built))
         return _finish(state, built, status, metrics)
 
@@ -89,7 +90,7 @@ def _already_completed(cfg: DictConfig, run_dir: Path, previous: dict | None) ->
     if str(cfg.get("resume", "auto")) != "auto" or previous is None:
         return False
     refuse_changed_config(run_dir, cfg)
-    if previous.get("status") != "completed":
+    if previous.get("status") != Status.COMPLETED:
         return False
     say(f"already completed: {run_dir / 'results.json'} (use resume=never to train it again)")
     return True
@@ -158,7 +159,7 @@ def _start_record(
         config=ablation_config(cfg, overrides),
     )
     if is_rank_zero:
-        record.write("running")
+        record.write(Status.RUNNING)
     prior = previous.get("wall_time_s", 0.0) if ckpt_path and previous else 0.0
     return RunState(record, is_rank_zero=is_rank_zero, prior_wall_time=prior)
 
@@ -199,10 +200,10 @@ def _log_config(cfg: DictConfig, built: Built, state: RunState) -> None:
 
 def _final_status(built: Built) -> str:
     if built.trainer.interrupted or built.preemption.interrupted:
-        return "interrupted"
+        return Status.INTERRUPTED
     if built.module.diverged:
-        return "diverged"
-    return "debug" if built.trainer.fast_dev_run else "completed"
+        return Status.DIVERGED
+    return Status.DEBUG if built.trainer.fast_dev_run else Status.COMPLETED
 
 
 def _one_file_per_step(trainer: L.Trainer, ckpt_dir: Path) -> None:
@@ -247,13 +248,13 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
     for callback in built.trainer.callbacks:  # e.g. "extrapolation" (training/extrapolation.py)
         results.update(getattr(callback, "results_record", dict)())
     results["wall_time_s"] = state.wall_time()
-    if status == "diverged":
+    if status == Status.DIVERGED:
         results["diverged_step"] = built.module.diverged_step
     if state.is_rank_zero:
         results = state.record.write(status, **results)
         finish_wandb(built.loggers, results)
         say(f"{status}: {_summary(metrics)}; results in {state.record.path}")
-        if status == "interrupted":
+        if status == Status.INTERRUPTED:
             say(
                 f"stopped at step {built.trainer.global_step}; the same command resumes it from "
                 "its newest checkpoint (resume=auto)"

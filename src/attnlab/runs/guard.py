@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnlab.runs.record import RunRecord
+from attnlab.runs.status import Status
 from attnlab.runs.wandb import finish_wandb
 
 
@@ -37,7 +38,9 @@ def run_guard(state: RunState):
     try:
         yield state
     except BaseException as err:
-        status = "interrupted" if isinstance(err, KeyboardInterrupt | SystemExit) else "failed"
+        status = (
+            Status.INTERRUPTED if isinstance(err, KeyboardInterrupt | SystemExit) else Status.FAILED
+        )
         if state.is_rank_zero:
             results = state.record.write(
                 status,

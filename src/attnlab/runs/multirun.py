@@ -18,7 +18,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from attnlab.runs.status import EXIT_CODES, exit_code, status_counts
+from attnlab.runs.status import EXIT_CODES, Status, exit_code, status_counts
 
 ID_KEY = "ATTNLAB_MULTIRUN_ID"
 _sweep_dir: list[Path] = []  # set in the launching process by on_multirun_start
@@ -64,11 +64,15 @@ def _job_record(config, job_return) -> dict:
     }
     if job_return.status == JobStatus.COMPLETED:
         value = job_return.return_value
-        status = value.get("status", "failed") if isinstance(value, dict) else "failed"
+        status = value.get("status", Status.FAILED) if isinstance(value, dict) else Status.FAILED
         return {**record, "status": status, "error": (value or {}).get("error")}
     error = job_return._return_value  # the exception the job raised
     interrupted = isinstance(error, KeyboardInterrupt)
-    return {**record, "status": "interrupted" if interrupted else "failed", "error": repr(error)}
+    return {
+        **record,
+        "status": Status.INTERRUPTED if interrupted else Status.FAILED,
+        "error": repr(error),
+    }
 
 
 def collect(multirun_id: str, expected: int | None) -> list[dict]:
@@ -84,7 +88,7 @@ def collect(multirun_id: str, expected: int | None) -> list[dict]:
             continue
         records[int(record["job"])] = record
     for job in range(expected or 0):
-        records.setdefault(job, {"job": job, "status": "failed", "error": "no status reported",
+        records.setdefault(job, {"job": job, "status": Status.FAILED, "error": "no status reported",
                                  "overrides": [], "run_dir": None})  # fmt: skip
     return [records[job] for job in sorted(records)]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.runs.status import STATUSES
+from attnlab.runs.status import STATUSES, Status
 
 # The keys an ablation varies: always recorded in results.json (with any overridden key).
 ABLATION_KEYS = (
@@ -138,7 +138,7 @@ class RunRecord:
     ) -> None:
         self.path = Path(run_dir) / "results.json"
         self.data: dict[str, Any] = {
-            "status": "running",
+            "status": Status.RUNNING,
             "metrics": {},
             "overrides": list(overrides),
             "config": config,

@@ -8,50 +8,67 @@ heavy imports: attnlab-sweep and attnlab-compare read it without torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 
+
+class Status(StrEnum):
+    """Every status a run or a sweep trial can have; a member is its string ("completed"), so
+    results.json, comparisons and tables read plain strings."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DEBUG = "debug"  # a trainer.fast_dev_run run (a few batches of each split, no checkpoints)
+    FAILED = "failed"
+    DIVERGED = "diverged"
+    INTERRUPTED = "interrupted"
+    CONFIG_ERROR = "config_error"  # refused by the preflight, nothing written
+    NOT_STARTED = "not_started"  # a sweep trial the sweep was stopped before
+    UNKNOWN = "unknown"
+
+
+S = Status
 # What results.json can say, in the order reports list them.
-# "debug": a trainer.fast_dev_run run (a few batches of each split, no checkpoints).
-STATUSES = ("running", "completed", "debug", "failed", "diverged", "interrupted")
+STATUSES = (S.RUNNING, S.COMPLETED, S.DEBUG, S.FAILED, S.DIVERGED, S.INTERRUPTED)
 # A run that ended (results.json no longer changes).
-FINAL_STATUSES = ("completed", "debug", "failed", "diverged", "interrupted")
+FINAL_STATUSES = (S.COMPLETED, S.DEBUG, S.FAILED, S.DIVERGED, S.INTERRUPTED)
 # Order in tables and counts: success first, then how runs went wrong, then the unfinished.
 REPORT_ORDER = (
-    "completed",
-    "debug",
-    "diverged",
-    "failed",
-    "interrupted",
-    "config_error",
-    "running",
-    "not_started",
-    "unknown",
+    S.COMPLETED,
+    S.DEBUG,
+    S.DIVERGED,
+    S.FAILED,
+    S.INTERRUPTED,
+    S.CONFIG_ERROR,
+    S.RUNNING,
+    S.NOT_STARTED,
+    S.UNKNOWN,
 )
 
 # attnlab-train's exit code for each final status of a run (the worst run of a multirun wins).
 EXIT_CODES = {
-    "completed": 0,
-    "debug": 0,
-    "failed": 1,
-    "config_error": 2,
-    "diverged": 3,
-    "interrupted": 4,
+    S.COMPLETED: 0,
+    S.DEBUG: 0,
+    S.FAILED: 1,
+    S.CONFIG_ERROR: 2,
+    S.DIVERGED: 3,
+    S.INTERRUPTED: 4,
 }
-EXIT_OK = EXIT_CODES["completed"]
-EXIT_BAD_CONFIG = EXIT_CODES["config_error"]
-EXIT_DIVERGED = EXIT_CODES["diverged"]
+EXIT_OK = EXIT_CODES[S.COMPLETED]
+EXIT_BAD_CONFIG = EXIT_CODES[S.CONFIG_ERROR]
+EXIT_DIVERGED = EXIT_CODES[S.DIVERGED]
 
 
 def exit_code(statuses: Sequence[str]) -> int:
     """The exit code of a command whose runs ended with `statuses`: the worst one (0 if none)."""
-    return max((EXIT_CODES.get(s, EXIT_CODES["failed"]) for s in statuses), default=EXIT_OK)
+    return max((EXIT_CODES.get(s, EXIT_CODES[S.FAILED]) for s in statuses), default=EXIT_OK)
 
 
 def status_from_exit_code(code: int | None, interrupted: bool = False) -> str:
     """The status a run's exit code stands for, when its results.json does not say."""
     if interrupted:
-        return "interrupted"
+        return S.INTERRUPTED
     by_code = {c: s for s, c in reversed(EXIT_CODES.items())}  # 0: completed
-    return by_code.get(code, "failed")
+    return by_code.get(code, S.FAILED)
 
 
 def sort_statuses(statuses: Sequence[str]) -> list[str]:

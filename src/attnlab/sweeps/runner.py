@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
-from attnlab.runs.status import EXIT_BAD_CONFIG, FINAL_STATUSES, status_from_exit_code
+from attnlab.runs.status import EXIT_BAD_CONFIG, FINAL_STATUSES, Status, status_from_exit_code
 from attnlab.sweeps.spec import Trial
 
 STOP_GRACE_S = 15.0  # time given to interrupted trials (SIGINT) before SIGKILL
@@ -32,7 +32,7 @@ POLL_S = 0.05
 @dataclass
 class TrialResult:
     trial: Trial
-    status: str = "not_started"  # a final status (attnlab.runs.status), or not_started
+    status: str = Status.NOT_STARTED  # a final status (attnlab.runs.status), or not_started
     exit_code: int | None = None
     wall_time_s: float | None = None
     metric: float | None = None
@@ -132,17 +132,19 @@ def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: 
     status = results.get("status") if results else None
     if status not in FINAL_STATUSES:
         status = status_from_exit_code(exit_code, interrupted)
-        status = "failed" if status == "config_error" else status  # counted as a failed trial
+        status = (
+            Status.FAILED if status == Status.CONFIG_ERROR else status
+        )  # counted as a failed trial
     result.status = status
     metrics = (results or {}).get("metrics") or {}
     value = metrics.get(metric_name)
     result.metric = float(value) if isinstance(value, (int, float)) else None
-    if status != "completed":
+    if status != Status.COMPLETED:
         error = (results or {}).get("error")
         if not error:
             error = "bad config" if exit_code == EXIT_BAD_CONFIG else f"exit code {exit_code}"
             last = _last_line(result.log_path)
-            error = f"{error}: {last}" if last and status == "failed" else error
+            error = f"{error}: {last}" if last and status == Status.FAILED else error
         result.error = str(error)
 
 
@@ -233,7 +235,7 @@ class _TrialPool:
         except OSError as err:
             logfile.close()
             self.release(result)
-            result.status, result.exit_code, result.wall_time_s = "failed", None, 0.0
+            result.status, result.exit_code, result.wall_time_s = Status.FAILED, None, 0.0
             result.error = f"could not start {trial.command[0]!r}: {err.strerror or err}"
             self.log(f"{self._progress(result)} failed    {trial.label}: {result.error}")
             return
@@ -252,7 +254,7 @@ class _TrialPool:
         finish(result, proc.returncode, interrupted, self.metric_name)
         self.release(result)
         metric = "" if result.metric is None else f" {self.metric_name}={result.metric:.4g}"
-        error = f": {result.error}" if result.error and result.status != "completed" else ""
+        error = f": {result.error}" if result.error and result.status != Status.COMPLETED else ""
         self.log(
             f"{self._progress(result)} {result.status:<9} {result.trial.label}"
             f"{metric} ({result.wall_time_s:.1f} s){error}"

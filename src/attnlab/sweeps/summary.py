@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnlab.analysis.tables import fmt_number, markdown_table, text_table
-from attnlab.runs.status import status_counts
+from attnlab.runs.status import Status, status_counts
 from attnlab.sweeps.runner import TrialResult
 
 
@@ -18,7 +18,7 @@ def rows(results: Sequence[TrialResult], out_dir: Path, metric_name: str) -> lis
     body = []
     for r in results:
         wall = "" if r.wall_time_s is None else f"{r.wall_time_s:.1f} s"
-        path = r.results_path or (r.log_path if r.status != "not_started" else None)
+        path = r.results_path or (r.log_path if r.status != Status.NOT_STARTED else None)
         body.append(
             [
                 r.trial.label,
@@ -50,7 +50,7 @@ def write_summary(
     title = f"Sweep {sweep} ({source}): {len(results)} trials, "
     title += status_counts([r.status for r in results]) + (" (interrupted)" if interrupted else "")
     table = rows(results, out_dir, metric_name)
-    failures = [r for r in results if r.status not in ("completed", "not_started")]
+    failures = [r for r in results if r.status not in (Status.COMPLETED, Status.NOT_STARTED)]
     notes = [f"- {r.trial.label}: {r.status}: {r.error}" for r in failures if r.error]
     md = [f"# {title}", "", *([sharing, ""] if sharing else []), markdown_table(table)]
     if notes:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnlab.runs.status import EXIT_CODES
+from attnlab.runs.status import EXIT_CODES, Status
 from attnlab.sweeps.runner import stop, trial_env
 from attnlab.sweeps.spec import DEFAULT_COMMAND, hydra_quote, override_key, sweep_name
 
@@ -85,7 +85,7 @@ def run_agents(
     except KeyboardInterrupt:
         print("interrupted: stopping the agents (the sweep stays on the server)")
         stop(procs)
-        return EXIT_CODES["interrupted"]  # 4, as attnlab-train and a local sweep
+        return EXIT_CODES[Status.INTERRUPTED]  # 4, as attnlab-train and a local sweep
     for i, code in enumerate(codes):
         if code != 0:
             print(f"agent {i} exited with code {code}; see {out_dir / f'agent-{i}.log'}")
