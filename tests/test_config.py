@@ -321,3 +321,13 @@ def test_conf_dir_is_the_repository_conf_or_the_environment(monkeypatch, tmp_pat
     assert conf_dir() == CONF_DIR
     monkeypatch.setenv("ATTNLAB_CONF_DIR", str(tmp_path))
     assert conf_dir() == tmp_path
+
+
+@pytest.mark.parametrize("overrides", [[], ["data=multi30k"], ["model=lm_small", "data=lm_text"]])
+def test_a_composed_config_pickles(compose, overrides):
+    """The schemas made at run time (attnlab.config.structured) are found by pickle, as
+    multiprocessing with spawn, torch.save or a launcher without cloudpickle need."""
+    import pickle
+
+    cfg = compose(overrides)
+    assert pickle.loads(pickle.dumps(cfg)) == cfg

@@ -33,3 +33,22 @@ def test_evaluation_loaders_leave_the_global_rng_alone():
     torch.manual_seed(0)
     list(dm.val_dataloader())
     assert torch.equal(torch.rand(1), expected)
+
+
+class _OwnDataModule(__import__("lightning").LightningDataModule):
+    """A researcher's own module (not a ResumableDataModule): batches 0, 1, ..., 9."""
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(list(range(10)), batch_size=1)
+
+
+def test_a_module_of_ones_own_is_made_resumable_by_the_run():
+    from attnlab.data.resumable import make_resumable
+
+    dm = make_resumable(_OwnDataModule())
+    loader = dm.train_dataloader()
+    assert isinstance(loader, ResumableLoader)
+    loader.load_state_dict({"epoch": 0, "batches_done": 4})
+    assert [int(b) for b in loader] == [4, 5, 6, 7, 8, 9]
+    ours = SyntheticDataModule(name="copy", batch_size=4, train_size=8)
+    assert make_resumable(ours) is ours and "train_dataloader" not in vars(ours)  # no patch

@@ -119,3 +119,15 @@ def test_the_run_refuses_a_stored_config_only_where_it_differs(compose, tmp_path
     refuse_changed_config(tmp_path, compose(here))  # defaults: the same run
     with pytest.raises(RunConfigChanged, match=r"model.qk_norm: <absent> -> True"):
         refuse_changed_config(tmp_path, compose([*here, "model.qk_norm=true"]))
+
+
+def test_a_status_is_stored_as_a_plain_string(tmp_path):
+    """W&B records an Enum by its name ("COMPLETED"): the record keeps plain strings."""
+    from attnlab.runs.record import RunRecord
+    from attnlab.runs.status import Status
+
+    record = RunRecord(tmp_path, name="x", seed=1, overrides=[], config={})
+    data = record.write(Status.COMPLETED)
+    assert type(data["status"]) is str and data["status"] == "completed"
+    assert json.loads((tmp_path / "results.json").read_text())["status"] == "completed"
+    assert f"{Status.FAILED}" == str(Status.FAILED) == "failed"

@@ -88,7 +88,7 @@ def _lightning_block(ctx: Context, block: int) -> float:
         trainer, _ = build_trainer(cfg, run_dir, loggers)
         trainer.callbacks.append(clock)
         trainer.fit(module, datamodule=datamodule)  # the progress bar still draws, unseen
-        finish_wandb(loggers, {"status": Status.COMPLETED})
+        finish_wandb(loggers, {"status": Status.COMPLETED.value})
     return clock.per_step()
 
 

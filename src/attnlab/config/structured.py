@@ -12,6 +12,7 @@ second time; attnlab.config.plain.to_plain turns the Enums back into strings.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 from enum import Enum
 from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
@@ -23,8 +24,22 @@ def choices_enum(name: str, choices: tuple) -> type[Enum]:
     """A str Enum named `name` whose members are `choices` (one class per name and choices)."""
     key = (name, tuple(choices))
     if key not in _ENUMS:
-        _ENUMS[key] = Enum(name, {str(c): c for c in choices}, type=str)
+        _ENUMS[key] = _publish(Enum(name, {str(c): c for c in choices}, type=str, module=__name__))
     return _ENUMS[key]
+
+
+def _publish(made: type) -> type:
+    """Make a class made at run time an attribute of this module, under a unique name, so that
+    pickle (which looks classes up by module and qualified name) can find it: a composed config
+    pickles as one built from hand-written dataclasses does."""
+    module = sys.modules[__name__]
+    name, n = made.__name__, 1
+    while getattr(module, name, made) is not made:
+        n += 1
+        name = f"{made.__name__}_{n}"
+    made.__qualname__ = name
+    setattr(module, name, made)
+    return made
 
 
 def omegaconf_type(tp: Any, field_name: str) -> Any:
@@ -70,7 +85,7 @@ def structured(
     made = dataclasses.make_dataclass(name, fields)
     made.__doc__ = doc or f"{cls.__module__}.{cls.__qualname__}, typed for OmegaConf."
     made.__module__ = __name__
-    return made
+    return _publish(made)
 
 
 def _default(tp: Any, value: Any) -> Any:

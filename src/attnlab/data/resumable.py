@@ -88,3 +88,21 @@ class ResumableDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return _own_generator(self.test_loader())
+
+
+def make_resumable(datamodule: L.LightningDataModule) -> L.LightningDataModule:
+    """The same behaviour for a LightningDataModule that does not derive from
+    ResumableDataModule (a researcher's own, named by data._target_): its loader methods are
+    wrapped in place. Training batches must be a deterministic function of seed and epoch."""
+    if isinstance(datamodule, ResumableDataModule):
+        return datamodule
+    build_train = datamodule.train_dataloader
+
+    def train_dataloader():
+        return ResumableLoader(_own_generator(build_train()), lambda: datamodule.trainer)
+
+    datamodule.train_dataloader = train_dataloader
+    for hook in ("val_dataloader", "test_dataloader"):
+        build = getattr(datamodule, hook)
+        setattr(datamodule, hook, lambda build=build: _own_generator(build()))
+    return datamodule

@@ -23,8 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.model.config import ATTN_SCALES
 from attnlab.model.context import PLAIN, AttentionContext
 from attnlab.model.positional import apply_rope
+from attnlab.validation import choice_problem, raise_first
 
 
 def scaled_dot_product_attention(
@@ -134,7 +136,8 @@ class MultiHeadAttention(nn.Module):
     qk_norm: a LayerNorm over d_k on each head's queries and keys before the dot product
     (Dehghani et al., 2023, "Scaling Vision Transformers to 22 Billion Parameters"), which
     bounds the attention logits; off, Q and K are the projections as in the paper.
-    The arguments are trusted: TransformerConfig.validate() checks them for the model.
+    A typo in attn_scale or a d_model that n_heads does not divide is a ValueError here too: the
+    class is used on its own (tests, the torch.nn comparison), not only from a checked config.
 
     forward(x) is self-attention (Q, K and V from x); forward(x, memory) is cross-attention
     (Q from x, K and V from the encoder's memory). Masks, relative positions (RoPE, ALiBi),
@@ -155,6 +158,11 @@ class MultiHeadAttention(nn.Module):
         qk_norm: bool = False,
     ):
         super().__init__()
+        if d_k is None and d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}; set d_k explicitly"
+            )
+        raise_first([choice_problem("attn_scale", attn_scale, ATTN_SCALES)])
         d_k = d_model // n_heads if d_k is None else d_k
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_k
         self.dropout = dropout

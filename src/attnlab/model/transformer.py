@@ -32,7 +32,8 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.config = cfg = config  # validated when it was made (TransformerConfig.__post_init__)
+        config.validate()  # cheap; the dataclass is mutable, so a field may have changed since
+        self.config = cfg = config
         tgt_embeddings = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pad_id)
         self.encoder = None
         if cfg.arch == "encoder_decoder":
@@ -134,7 +135,7 @@ class Transformer(nn.Module):
         """Inside the block every attention layer returns its weights (B, H, T, S) (the
         reference path of Eq. 1), and a forward hook on each keeps the last ones, read with
         attention_weights()."""
-        self._recorded = {}
+        outer, self._recorded = self._recorded, {}
 
         def keep(name: str):
             def hook(module, args, output) -> None:
@@ -149,7 +150,7 @@ class Transformer(nn.Module):
         finally:
             for hook in hooks:
                 hook.remove()
-            self._recorded = None
+            self._recorded = outer  # an enclosing block goes on recording
 
     def attention_weights(self) -> dict[str, Tensor]:
         """{"encoder.layers.0.self_attn": (B, H, T, S), ...} from the last forward pass inside

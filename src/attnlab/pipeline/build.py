@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from attnlab.config.plain import to_plain
 from attnlab.config.validate import check_task, exact_match_enabled, transformer_config
 from attnlab.data.options import task_for_arch
+from attnlab.data.resumable import make_resumable
 from attnlab.pipeline.console import PROG, say
 from attnlab.runs import quiet
 from attnlab.runs.loggers import build_loggers
@@ -54,7 +55,7 @@ def build(cfg: DictConfig, run_dir: Path, name: str) -> Built:
 def build_datamodule(cfg: DictConfig, run_dir: Path) -> L.LightningDataModule:
     """cfg.data instantiated (resumable mid-epoch: attnlab.data.resumable); its tokenizer
     saved into the run."""
-    datamodule = instantiate(to_plain(cfg.data))
+    datamodule = make_resumable(instantiate(to_plain(cfg.data)))  # a module of one's own too
     arch = str(to_plain(cfg.model)["arch"])
     if datamodule.task != task_for_arch(arch):
         check_task(arch, datamodule.task, str(cfg.data.get("name", cfg.data.get("_target_"))))

@@ -138,7 +138,7 @@ class RunRecord:
     ) -> None:
         self.path = Path(run_dir) / "results.json"
         self.data: dict[str, Any] = {
-            "status": Status.RUNNING,
+            "status": Status.RUNNING.value,
             "metrics": {},
             "overrides": list(overrides),
             "config": config,
@@ -165,7 +165,7 @@ class RunRecord:
         if status is not None:
             if status not in STATUSES:
                 raise ValueError(f"status={status!r}; expected one of: {', '.join(STATUSES)}")
-            self.data["status"] = status
+            self.data["status"] = str(status)  # a plain string, also for W&B
         if "metrics" in fields:
             fields["metrics"] = {k: _json_number(v) for k, v in sorted(fields["metrics"].items())}
         self.data.update(fields)

@@ -8,12 +8,13 @@ heavy imports: attnlab-sweep and attnlab-compare read it without torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
+from enum import Enum
 
 
-class Status(StrEnum):
-    """Every status a run or a sweep trial can have; a member is its string ("completed"), so
-    results.json, comparisons and tables read plain strings."""
+class Status(str, Enum):
+    """Every status a run or a sweep trial can have. A member equals its string ("completed")
+    and prints as it; what is stored (results.json, W&B) is the plain string (`.value`: W&B would
+    record an Enum by its name). str + Enum rather than StrEnum: Python 3.10 is supported."""
 
     RUNNING = "running"
     COMPLETED = "completed"
@@ -24,6 +25,12 @@ class Status(StrEnum):
     CONFIG_ERROR = "config_error"  # refused by the preflight, nothing written
     NOT_STARTED = "not_started"  # a sweep trial the sweep was stopped before
     UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 S = Status
