@@ -192,12 +192,6 @@ class TinyShakespeareDataModule(LMTextDataModule):
     config_class = TinyShakespeareDataConfig
     dataset = ("tinyshakespeare", "Tiny Shakespeare", "input.txt")
 
-    def __init__(self, **options) -> None:
-        super().__init__(**options)
-        o = self.options
-        self.root = self.dataset_root(o.root, o.cache_dir, "tinyshakespeare")
-        self.download = self.fetches(o.root, o.download)
-
     @classmethod
     def unknown_hint(cls, key: str) -> str | None:
         if key == "path":

@@ -227,6 +227,9 @@ class TokenizedDataModule(ResumableDataModule):
         self.num_workers = o.num_workers
         self.cache_dir = self.cache_root(o.cache_dir)
         self._tokenizer: Tokenizer | None = None
+        if self.dataset is not None:  # a named dataset: its folder, and whether to fetch into it
+            self.root = self.dataset_root(o.root, o.cache_dir, self.dataset[0])
+            self.download = self.fetches(o.root, o.download)
 
     @staticmethod
     def own_problems(args: Mapping) -> list[str]:

@@ -212,10 +212,7 @@ class Multi30kDataModule(TranslationDataModule):
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
-        o = self.options
-        self.root = self.dataset_root(o.root, o.cache_dir, "multi30k")
-        self.src_lang, self.tgt_lang = o.src_lang, o.tgt_lang
-        self.download = self.fetches(o.root, o.download)
+        self.src_lang, self.tgt_lang = self.options.src_lang, self.options.tgt_lang
 
     @classmethod
     def unknown_hint(cls, key: str) -> str | None:
