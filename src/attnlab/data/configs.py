@@ -147,23 +147,18 @@ def defaults_of(config_class: type) -> dict[str, Any]:
     }
 
 
-def unknown_problems(config_class: type, options: Mapping, owner: str) -> list[str]:
-    """One line per key of `options` that `config_class` does not declare; the valid ones
-    listed the class's own first, then its bases'."""
-    valid = list(
-        dict.fromkeys(k for c in config_class.__mro__ for k in vars(c).get("__annotations__", {}))
-    )
-    return [
-        f"data.{key}: not an argument of {owner}; valid: {', '.join(valid)}"
-        for key in options
-        if key not in valid
-    ]
+def unknown_problem(config_class: type, key: str, owner: str) -> str:
+    """The line for a key `config_class` does not declare (`owner`: the DataModule's name); the
+    valid ones listed the class's own first, then its bases'."""
+    annotated = (k for c in config_class.__mro__ for k in vars(c).get("__annotations__", {}))
+    return f"data.{key}: not an argument of {owner}; valid: {', '.join(dict.fromkeys(annotated))}"
 
 
 def options_of(config_class: type, options: Mapping, owner: str):
     """`config_class(**options)`; an unknown key is a one-line ValueError naming the valid
-    ones (`owner`: the DataModule's name)."""
-    problems = unknown_problems(config_class, options, owner)
-    if problems:
-        raise ValueError(problems[0])
+    ones."""
+    declared = {f.name for f in fields(config_class)}
+    unknown = [key for key in options if key not in declared]
+    if unknown:
+        raise ValueError(unknown_problem(config_class, unknown[0], owner))
     return config_class(**options)

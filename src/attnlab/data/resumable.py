@@ -64,6 +64,11 @@ def _own_generator(loader):
     return loader
 
 
+def resumable(loader, datamodule) -> ResumableLoader:
+    """A training loader of `datamodule` that a resumed run continues mid-epoch."""
+    return ResumableLoader(_own_generator(loader), lambda: datamodule.trainer)
+
+
 class ResumableDataModule(L.LightningDataModule):
     """A LightningDataModule whose training loader continues at the batch where a resumed run
     stopped (ResumableLoader), and whose loaders leave the global RNG alone: a property of the
@@ -72,16 +77,16 @@ class ResumableDataModule(L.LightningDataModule):
     epoch); Lightning calls the *_dataloader() hooks below."""
 
     def train_loader(self) -> DataLoader:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines no train_loader()")
 
     def val_loader(self) -> DataLoader:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines no val_loader()")
 
     def test_loader(self) -> DataLoader:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines no test_loader()")
 
     def train_dataloader(self) -> ResumableLoader:
-        return ResumableLoader(_own_generator(self.train_loader()), lambda: self.trainer)
+        return resumable(self.train_loader(), self)
 
     def val_dataloader(self) -> DataLoader:
         return _own_generator(self.val_loader())
@@ -97,11 +102,7 @@ def make_resumable(datamodule: L.LightningDataModule) -> L.LightningDataModule:
     if isinstance(datamodule, ResumableDataModule):
         return datamodule
     build_train = datamodule.train_dataloader
-
-    def train_dataloader():
-        return ResumableLoader(_own_generator(build_train()), lambda: datamodule.trainer)
-
-    datamodule.train_dataloader = train_dataloader
+    datamodule.train_dataloader = lambda: resumable(build_train(), datamodule)
     for hook in ("val_dataloader", "test_dataloader"):
         build = getattr(datamodule, hook)
         setattr(datamodule, hook, lambda build=build: _own_generator(build()))

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from attnlab.data.configs import TextDataConfig, defaults_of, unknown_problems
+from attnlab.data.configs import TextDataConfig, defaults_of, unknown_problem
 from attnlab.data.files import GZIP_MAGIC, DataFile
 from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.tokenizer import (
@@ -247,9 +247,11 @@ class TokenizedDataModule(ResumableDataModule):
         """(every option of cls.config_class: `kwargs` over the defaults, one problem per
         unknown key)."""
         defaults = defaults_of(cls.config_class)
-        unknown = [k for k in kwargs if k not in defaults]
-        lines = unknown_problems(cls.config_class, kwargs, cls.__name__)
-        problems = [cls.unknown_hint(k) or line for k, line in zip(unknown, lines, strict=True)]
+        problems = [
+            cls.unknown_hint(k) or unknown_problem(cls.config_class, k, cls.__name__)
+            for k in kwargs
+            if k not in defaults
+        ]
         known = {k: v for k, v in kwargs.items() if k in defaults}
         return {**defaults, **known}, problems
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -66,15 +66,12 @@ def build_datamodule(cfg: DictConfig, run_dir: Path) -> L.LightningDataModule:
 
 def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
     """cfg.module's `_target_` (null: the LightningModule for the data's task, Seq2SeqModule or
-    LanguageModelModule) instantiated with the model sized to the data's vocabulary, the data's
+    LanguageModelModule) built with the model sized to the data's vocabulary, the data's
     special ids and the optim, scheduler and loss groups."""
     model_config = transformer_config(cfg.model, datamodule.vocab_size, datamodule.pad_id)
-    default = module_for(datamodule.task)
-    target = cfg.module.get("_target_") or f"{default.__module__}.{default.__qualname__}"
-    return instantiate(
-        {"_target_": target},
-        _recursive_=False,  # optim and scheduler stay plain dicts: checkpoints load weights_only
-        _convert_="all",
+    target = cfg.module.get("_target_")
+    module_class = get_class(target) if target else module_for(datamodule.task)
+    return module_class(  # plain Python arguments: checkpoints load with weights_only
         model=model_config.to_dict(),
         optim=to_plain(cfg.optim),
         scheduler=to_plain(cfg.scheduler),
