@@ -37,6 +37,13 @@ BAD = [
     ("trainer.max_steps=abc", "trainer.max_steps='abc' is not valid; expected an integer"),
     ("model.d_model=abc", "model.d_model='abc' is not valid; expected an integer"),
     ("model.fooo=1", "model.fooo is not a key of model; expected one of: name, arch, d_model"),
+    ("module._target_=no.such.Module", "module._target_='no.such.Module' cannot be imported"),
+    (
+        "optim._target_=attnlab.training.nothing",
+        "optim._target_='attnlab.training.nothing' cannot be found (module 'attnlab.training'",
+    ),
+    ("scheduler._target_=attnlab.training", "scheduler._target_='attnlab.training' is not a"),
+    ("logger.wandb._target_=x.y", "logger.wandb._target_='x.y' cannot be imported"),
     ("data.train_len=[5,2]", "data.train_len=[5, 2] is not valid"),
     (
         "trainer.fast_dev_rn=1",
@@ -180,3 +187,15 @@ def test_data_of_the_wrong_task_names_the_option_and_what_fits(tmp_path, args, m
     proc = _cli(*args, "logger=none", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr == f"attnlab-train: error: {message}\n"
+
+
+def test_a_target_whose_module_fails_to_import_says_why(tmp_path, monkeypatch):
+    """A module that exists but raises on import is not reported as missing."""
+    from attnlab.config.validate import _target_problem
+
+    (tmp_path / "broken_builders.py").write_text("import no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problem = _target_problem("broken_builders.build")
+    assert problem.startswith("cannot be imported (ModuleNotFoundError:"), problem
+    assert "no_such_dependency" in problem
+    assert _target_problem("attnlab.training.optimizer.build_optimizer") is None

@@ -7,6 +7,7 @@ ValueError (DataConfigError for the data files) with one line that names the key
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -27,7 +28,8 @@ __all__ = ["DataConfigError", "exact_match_enabled", "transformer_config", "vali
 
 
 def validate_config(cfg: DictConfig) -> None:
-    """Every check below, in turn; the first problem raises."""
+    """Every check below, in turn; the first problem raises. The checks that import the
+    builders (and so torch) come last: a typo in a value is answered without loading torch."""
     model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
     _check_schedule_and_loss(cfg)
     check_values(cfg)
@@ -36,10 +38,64 @@ def validate_config(cfg: DictConfig) -> None:
     _check_run_control(cfg)
     _check_task(cfg, model.arch)
     _check_world_size(cfg)
+    _check_targets(cfg)
     _check_synthetic_data(cfg, model)
     problems = check_data_config(to_plain(cfg.data))  # text data: every file read in full
     if problems:
         raise DataConfigError(problems)
+
+
+# The groups whose nodes name what builds them (`_target_`), checked before anything is built.
+_BUILT_GROUPS = ("data", "module", "optim", "scheduler", "logger", "callbacks")
+
+
+def _check_targets(cfg: DictConfig) -> None:
+    """Each `_target_` names something importable and callable: one line naming the key, not a
+    traceback from inside the run."""
+    for group in _BUILT_GROUPS:
+        node = cfg.get(group)
+        if node is None:
+            continue
+        tree = OmegaConf.to_container(node, resolve=False, enum_to_str=True)
+        for key, target in _targets(tree, group):
+            problem = _target_problem(target)
+            if problem:
+                raise ValueError(
+                    f"{key}={target!r} {problem}; expected the dotted path of a class or "
+                    "function (package.module.Name)"
+                )
+
+
+def _targets(tree, path: str):
+    """(dotted key, value) of every `_target_` in a plain config tree."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            if key == "_target_" and value is not None:
+                yield f"{path}._target_", value
+            else:
+                yield from _targets(value, f"{path}.{key}")
+
+
+def _target_problem(target) -> str | None:
+    """Why `target` cannot be built, or None: the longest importable module prefix, then
+    attributes."""
+    parts = str(target).split(".") if isinstance(target, str) else []
+    for i in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(prefix)
+        except ModuleNotFoundError as err:
+            if err.name and (prefix + ".").startswith(err.name + "."):
+                continue  # no such module: try a shorter prefix
+            return f"cannot be imported ({type(err).__name__}: {err})"  # a module it imports
+        except Exception as err:  # the module exists and fails to import
+            return f"cannot be imported ({type(err).__name__}: {err})"
+        for name in parts[i:]:
+            obj = getattr(obj, name, None)
+            if obj is None:
+                return f"cannot be found (module {prefix!r} has no {name!r})"
+        return None if callable(obj) else "is not a class or function"
+    return "cannot be imported"
 
 
 def transformer_config(model: DictConfig | dict, vocab_size: int, pad_id: int) -> TransformerConfig:
