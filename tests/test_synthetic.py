@@ -214,3 +214,39 @@ def test_without_positions_the_encoder_cannot_tell_a_source_from_its_reverse():
     a, b, lengths = _memory_of_source_and_reverse("none")
     for i, n in enumerate(lengths.tolist()):
         assert _same_set_of_vectors(a[i], b[i], n)
+
+
+_DIGEST = """
+import hashlib, sys
+from attnlab.data.synthetic import SyntheticDataModule
+dm = SyntheticDataModule(name="copy", batch_size=8, seed=5)
+dm.setup()
+h = hashlib.sha256()
+for batch in [*dm.length_batches(16, n_examples=20), dm.datasets["test"][1]]:
+    h.update(batch["src"].numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_per_length_and_split_examples_are_the_same_in_every_process():
+    """Two processes with different PYTHONHASHSEED (two runs, two DDP ranks) score the same
+    per-length examples: their generators are seeded from integers only."""
+    import os
+    import subprocess
+    import sys
+
+    def digest(hash_seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+
+    assert digest("1") == digest("12345")
+
+
+def test_batch_seed_refuses_a_string():
+    from attnlab.data.synthetic import batch_seed
+
+    with pytest.raises(TypeError, match="integers only"):
+        batch_seed(1, "length", 16)

@@ -37,6 +37,18 @@ from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
 from attnlab.validation import choice_problem, integer_problem, not_valid, present, raise_first
 
 _SPLITS = {"train": 0, "val": 1, "test": 2}
+_LENGTH_STREAM = 3  # length_batches' examples: a stream of their own
+
+
+def batch_seed(*ints: int) -> int:
+    """The generator seed of one batch, from integers only. A tuple of ints hashes the same in
+    every process (str and bytes hashes change with PYTHONHASHSEED, so a string in the tuple
+    would give every process, every DDP rank, other examples)."""
+    if not all(isinstance(i, int) for i in ints):
+        raise TypeError(f"batch_seed takes integers only, got {ints!r}")
+    return hash(ints) & (2**63 - 1)
+
+
 _SPECIAL_NAMES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
 
 
@@ -206,9 +218,7 @@ class SyntheticBatches(Dataset):
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < len(self):
             raise IndexError(i)
-        generator = torch.Generator().manual_seed(
-            hash((self.dm.seed, _SPLITS[self.split], i)) & (2**63 - 1)
-        )
+        generator = torch.Generator().manual_seed(batch_seed(self.dm.seed, _SPLITS[self.split], i))
         return self.dm.make_batch(self._global_size(i), self.length, generator, self._rows(i))
 
 
@@ -306,7 +316,7 @@ class SyntheticDataModule(ResumableDataModule):
         batches = []
         for i, start in enumerate(range(0, n_examples, self.batch_size)):
             generator = torch.Generator().manual_seed(
-                hash((self.seed, "length", length, i)) & (2**63 - 1)
+                batch_seed(self.seed, _LENGTH_STREAM, length, i)
             )
             n = min(self.batch_size, n_examples - start)
             batches.append(self.make_batch(n, (length, length), generator))
