@@ -120,3 +120,34 @@ def test_unmasked_source_pads_leak_into_the_target_logits(need_weights):
     else:
         a, b = model(src, tgt), model(padded, tgt)
     assert (a - b).abs().max() > 1e-4  # the leak the default prevents
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+@pytest.mark.parametrize("mask_future", [True, False])
+def test_without_the_causal_mask_a_later_target_token_changes_earlier_logits(arch, mask_future):
+    """model.mask_future=False (the bug control): position 1's logits depend on the token at
+    position 4, which the paper's decoder hides. With the mask they are exactly unchanged."""
+    torch.manual_seed(0)
+    model = Transformer(tiny(arch=arch, mask_future=mask_future)).eval()
+    src, tgt = tokens(2, 6), tokens(2, 6, seed=1)
+    later = tgt.clone()
+    later[:, 4] = (later[:, 4] + 1 - 4) % (40 - 4) + 4  # another real token at position 4
+    run = (lambda t: model(src, t)) if arch == "encoder_decoder" else model
+    change = (run(tgt)[:, :4] - run(later)[:, :4]).abs().max()
+    if mask_future:
+        assert change == 0
+    else:
+        assert change > 1e-4
+
+
+def test_without_the_causal_mask_target_pads_stay_masked():
+    """The control leaks the future only: appending pads to a target changes no logit of its
+    real positions, on either attention path."""
+    torch.manual_seed(0)
+    model = Transformer(tiny(mask_future=False)).eval()
+    src, tgt = tokens(2, 6), tokens(2, 5, seed=1)
+    padded = torch.cat([tgt, torch.full((2, 3), PAD)], dim=1)
+    assert (model(src, tgt) - model(src, padded)[:, :5]).abs().max() <= 1e-5
+    with model.record_attention():
+        w = (model(src, padded), model.attention_weights()["decoder.layers.0.self_attn"])[1]
+    assert w[:, :, :5, 5:].eq(0).all() and w[:, :, :5, 4].gt(0).all()

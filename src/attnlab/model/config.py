@@ -48,8 +48,11 @@ class TransformerConfig:
 
     Controls for classic mistakes (defaults are the paper): `attn_scale="none"` drops Eq. 1's
     1/sqrt(d_k); `mask_source_padding=False` lets encoder self-attention and cross-attention
-    attend to source pads. `activation_checkpointing` recomputes each layer in the backward
-    pass (training only) to save memory; it changes no result. `skip_padding`: when logits are
+    attend to source pads; `mask_future=False` drops the decoder self-attention's causal mask
+    (each target position sees the later ones: teacher-forced metrics look perfect while
+    free-running generation, which has no future to see, fails). `activation_checkpointing`
+    recomputes each layer in the backward pass (training only) to save memory; it changes no
+    result. `skip_padding`: when logits are
     asked for at some positions only (Transformer.forward's logits_at, what the training and
     evaluation losses do), the position-wise work (projections, FFN, norms) runs on the real
     tokens of a padded batch only (attnlab.model.packing); the results are unchanged up to
@@ -76,6 +79,7 @@ class TransformerConfig:
     pad_id: int = 0  # from the data (attnlab-train sets it)
     attn_scale: AttnScale = "sqrt_dk"  # none: no 1/sqrt(d_k) (a classic bug)
     mask_source_padding: bool = True  # false: queries see source pads (a classic bug)
+    mask_future: bool = True  # false: decoder self-attention sees later positions (a classic bug)
     activation_checkpointing: bool = False  # recompute layers in backward
     skip_padding: bool = True  # position-wise work on real tokens only
     qk_norm: bool = False  # LayerNorm on each head's queries and keys (Dehghani et al., 2023)
@@ -177,6 +181,7 @@ class TransformerConfig:
         flags = (
             "share_embeddings",
             "mask_source_padding",
+            "mask_future",
             "activation_checkpointing",
             "skip_padding",
             "qk_norm",

@@ -48,7 +48,8 @@ PLAIN = AttentionContext()  # nothing masked, no positions, no cache: Eq. 1 as w
 class Context:
     """One forward pass of a stack, as one of its layers sees it.
 
-    padding_mask: (B, S) bool for the encoder's self-attention keys, or None.
+    padding_mask: (B, S) bool for the self-attention keys (the encoder's source pads; the
+        decoder's target pads only without its causal mask), or None.
     memory, memory_padding_mask: the encoder's output (B', S, d_model) and its pads (B', S) for
         cross-attention (B' divides B when the beams of a sentence share its memory).
     cache: this layer's keys and values (incremental decoding), or None.

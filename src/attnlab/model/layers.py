@@ -103,7 +103,8 @@ class DecoderLayer(nn.Module):
 
     Self-attention takes no padding mask: targets are right-padded, and the causal mask already
     hides from every real position the pads that follow it. (Queries at pad positions see real
-    tokens and pads; their outputs are ignored by the loss.)"""
+    tokens and pads; their outputs are ignored by the loss.) With cfg.mask_future=False (a bug
+    control) there is no causal mask, and the stack masks the target's pads instead."""
 
     def __init__(self, cfg: TransformerConfig, cross_attention: bool = True):
         super().__init__()
@@ -115,12 +116,13 @@ class DecoderLayer(nn.Module):
             self.cross_block = Residual(cfg)
         self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.ffn_block = Residual(cfg)
+        self.causal = cfg.mask_future
 
     def forward(self, x: Tensor, ctx: Context) -> Tensor:
         """x: (B, T, d_model), or (N, d_model) with ctx.packing (its real positions only);
         ctx: the stack's forward pass (the encoder's memory and its mask, this layer's cache,
         relative positions)."""
-        masked = ctx.self_attention(causal=True)
+        masked = ctx.self_attention(causal=self.causal)
         x = self.self_block(x, lambda h: self.self_attn(h, ctx=masked)[0])
         if self.cross_attn is not None:
             cross = ctx.cross_attention()

@@ -149,6 +149,7 @@ class Decoder(_Stack):
         )
         super().__init__(cfg, embeddings, layers)
         self.mask_source_padding = cfg.mask_source_padding
+        self.mask_future = cfg.mask_future
 
     def forward(
         self,
@@ -168,14 +169,20 @@ class Decoder(_Stack):
         skip_padding: the caller needs no output at the pads (they are zeros then), or a (B, T)
         bool of the positions it needs; targets are right-padded, so the causal mask hides a
         target's pads from its real tokens and, without a cache, the layers may skip them.
-        need_weights: every attention layer returns its weights (Transformer.record_attention)."""
+        need_weights: every attention layer returns its weights (Transformer.record_attention).
+        Without the causal mask (mask_future=False, a bug control) the target's own pads are
+        masked as keys instead, so that the future is the only thing that leaks."""
         t = tgt_in.size(1)
         offset = cache.length if cache is not None else 0
         key_mask = source_key_mask(memory_padding_mask, self.mask_source_padding)
+        target_mask = None
+        if not self.mask_future and cache is None:
+            target_mask = source_key_mask(tgt_in.eq(self.pad_id), True)
         packing = self.packing(tgt_in, skip_padding, pads_hidden=cache is None)
         x = self.embed(tgt_in, offset)
         rope, alibi = self.relative_positions(t, offset + t, x)
         ctx = Context(
+            padding_mask=target_mask,
             memory=memory,
             memory_padding_mask=key_mask,
             rope=rope,
