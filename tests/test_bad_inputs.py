@@ -46,7 +46,7 @@ CASES = [
     ("unknown_key", lambda t: ["model.fooo=1"], "model.fooo"),
     ("scheduler", lambda t: ["scheduler.name=nope"], "scheduler.name='nope'"),
     ("warmup", lambda t: ["scheduler.warmup_steps=-1"], "scheduler.warmup_steps"),
-    ("lr_type", lambda t: ["optim.lr=abc"], "optim.lr"),
+    ("lr_type", lambda t: ["scheduler.peak_lr=abc"], "scheduler.peak_lr"),
     ("label_smoothing", lambda t: ["loss.label_smoothing=1.5"], "loss.label_smoothing"),
     ("data_group", lambda t: ["data=nope"], "data='nope'"),
     ("trainer_group", lambda t: ["trainer=nope"], "trainer='nope'"),

@@ -50,8 +50,14 @@ BAD = [
         "trainer.fast_dev_rn is not a key of trainer; did you mean trainer.fast_dev_run?",
     ),
     ("trainer.logger=x", "trainer.logger is set by attnlab-train; use logger="),
-    ("optim.lr=-1", "optim.lr=-1.0 is not valid; expected a number > 0"),
-    ("optim.lr=0", "optim.lr=0.0 is not valid; expected a number > 0"),
+    ("scheduler.peak_lr=-1", "scheduler.peak_lr=-1.0 is not valid; expected a number > 0"),
+    ("scheduler.peak_lr=0", "scheduler.peak_lr=0.0 is not valid; expected a number > 0"),
+    (
+        "scheduler.peak_lr=null",
+        "scheduler.peak_lr=null is not valid with scheduler.name=cosine; expected a number > 0",
+    ),
+    ("optim.lr=0.5", "optim.lr is not a key; the peak learning rate has one home"),
+    ("loss.z_loss=-1", "loss.z_loss=-1.0 is not valid; expected a number >= 0"),
     (
         "loss.label_smoothing=1",
         "loss.label_smoothing=1.0 is not valid; expected a number in [0, 1)",
@@ -121,7 +127,7 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has 
     [
         (["model.pos_encoding=foo"], "model.pos_encoding='foo'"),
         (["-m", "model.dropout=0.1,-0.5"], "model.dropout=-0.5"),
-        (["optim.lr=-1"], "optim.lr=-1.0"),
+        (["scheduler.peak_lr=-1"], "scheduler.peak_lr=-1.0"),
         pytest.param(["trainer.accelerator=gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
         pytest.param(["-m", "trainer=cpu,gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
         # a mistyped data folder: one line, no download attempt, the folder is not created

@@ -110,7 +110,7 @@ def test_every_scheduler_option_builds(compose, option):
     s = to_plain(cfg.scheduler)
     schedule = build_schedule(
         s["name"],
-        lr=cfg.optim.lr,
+        peak_lr=s["peak_lr"],
         d_model=cfg.model.d_model,
         warmup_steps=s["warmup_steps"],
         max_steps=s["max_steps"] or cfg.trainer.max_steps,
@@ -198,7 +198,7 @@ def test_the_module_is_the_class_its_target_names(compose, tmp_path):
         cfg = compose([f"paths.run_dir={tmp_path}", *overrides])
         module = build_module(cfg, build_datamodule(cfg, tmp_path))
         assert type(module) is expected
-        assert module.hparams.optim["lr"] == cfg.optim.lr  # the same arguments either way
+        assert module.hparams.scheduler["peak_lr"] == cfg.scheduler.peak_lr  # the same either way
 
 
 def csv_beside(run, subdir="tensorboard"):

@@ -15,7 +15,7 @@ from conftest import TINY
 
 # Post-LN, no warmup, learning rate 1000: the second job diverges within a step.
 DIVERGING = [
-    "optim.lr=0.001,1000",
+    "scheduler.peak_lr=0.001,1000",
     "model.norm_position=post",
     "scheduler.name=constant",
     "scheduler.warmup_steps=0",
@@ -34,7 +34,7 @@ def test_a_diverged_job_makes_the_multirun_fail_on_every_launcher(tmp_path, laun
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]  # diverged
     assert "attnlab-train: multirun: 2 jobs: 1 completed, 1 diverged" in proc.stdout
     (job_line,) = [ln for ln in proc.stdout.splitlines() if "  job " in ln]
-    assert "job 1 diverged: " in job_line and "optim.lr=1000" in job_line
+    assert "job 1 diverged: " in job_line and "scheduler.peak_lr=1000" in job_line
 
 
 @pytest.mark.parametrize("digits", ["123456789012", "1234e5678901", "0123456789ab"])

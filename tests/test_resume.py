@@ -244,7 +244,7 @@ def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
         "program: attnlab-train\n"
         "command: ['${env}', '${interpreter}', '-m', 'attnlab.cli.train', '${args_no_hyphens}']\n"
         "parameters:\n"
-        "  optim.lr: {values: [0.001, 1000.0]}\n"
+        "  scheduler.peak_lr: {values: [0.001, 1000.0]}\n"
         "  model.norm_position: {value: post}\n"
         "  scheduler.name: {value: constant}\n"
         "  scheduler.warmup_steps: {value: 0}\n"
@@ -260,7 +260,7 @@ def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]  # diverged
     summary = json.loads((out / "summary.json").read_text())
     trials = summary["trials"] if isinstance(summary, dict) else summary
-    by_lr = {t["params"]["optim.lr"]: t for t in trials}
+    by_lr = {t["params"]["scheduler.peak_lr"]: t for t in trials}
     assert by_lr[1000.0]["status"] == "diverged"
     assert by_lr[0.001]["status"] == "completed"
     (diverged,) = [

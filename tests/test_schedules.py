@@ -71,7 +71,7 @@ def test_constant_with_and_without_warmup():
 
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_every_schedule_accepts_warmup_zero(name):
-    schedule = build_schedule(name, lr=1e-3, d_model=64, warmup_steps=0, max_steps=100)
+    schedule = build_schedule(name, peak_lr=1e-3, d_model=64, warmup_steps=0, max_steps=100)
     values = [schedule(s) for s in (1, 2, 50, 100)]
     assert all(math.isfinite(v) and v > 0 for v in values[:-1])
     assert values[0] >= values[1]  # no warmup: the first step is the largest (or equal)
@@ -80,7 +80,7 @@ def test_every_schedule_accepts_warmup_zero(name):
 def test_lambda_lr_applies_the_schedule_every_optimizer_step():
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.Adam([param], lr=1.0)
-    schedule = build_schedule("noam", lr=0.0, d_model=64, warmup_steps=5)
+    schedule = build_schedule("noam", peak_lr=None, d_model=64, warmup_steps=5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule))
     seen = []
     for _ in range(8):
@@ -92,11 +92,11 @@ def test_lambda_lr_applies_the_schedule_every_optimizer_step():
 
 def test_bad_scheduler_arguments_name_the_key():
     with pytest.raises(ValueError, match=r"scheduler.name='nope'.*noam, inverse_sqrt"):
-        build_schedule("nope", lr=1e-3, d_model=64, warmup_steps=0)
+        build_schedule("nope", peak_lr=1e-3, d_model=64, warmup_steps=0)
     with pytest.raises(ValueError, match=r"scheduler.warmup_steps=-1"):
-        build_schedule("noam", lr=1e-3, d_model=64, warmup_steps=-1)
+        build_schedule("noam", peak_lr=1e-3, d_model=64, warmup_steps=-1)
     with pytest.raises(ValueError, match=r"max_steps"):
-        build_schedule("cosine", lr=1e-3, d_model=64, warmup_steps=0, max_steps=None)
+        build_schedule("cosine", peak_lr=1e-3, d_model=64, warmup_steps=0, max_steps=None)
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)
@@ -104,9 +104,7 @@ def test_bad_scheduler_arguments_name_the_key():
 def test_peak_lr_is_the_peak_of_every_schedule_whatever_the_warmup(name, warmup):
     """scheduler.peak_lr holds the peak fixed across warmups, noam's included (whose own peak,
     (d_model * warmup)^-0.5, moves with the warmup)."""
-    schedule = build_schedule(
-        name, lr=1.0, d_model=64, warmup_steps=warmup, max_steps=2000, peak_lr=2e-3
-    )
+    schedule = build_schedule(name, d_model=64, warmup_steps=warmup, max_steps=2000, peak_lr=2e-3)
     values = [schedule(s) for s in range(1, 2001)]
     assert max(values) == pytest.approx(2e-3)
     assert values.index(max(values)) + 1 == max(warmup, 1)  # reached when the warmup ends
@@ -121,3 +119,48 @@ def test_noam_without_warmup_and_without_a_peak_is_refused_with_the_spike_named(
     validate_config(
         compose(["scheduler=noam", "scheduler.warmup_steps=0", "scheduler.peak_lr=7e-4"])
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "peak"),
+    [
+        (["scheduler=noam", "scheduler.warmup_steps=100"], (64 * 100) ** -0.5),  # its formula
+        (["scheduler=noam", "scheduler.warmup_steps=100", "scheduler.peak_lr=0.5"], 0.5),
+        (["scheduler=cosine", "scheduler.peak_lr=2e-3"], 2e-3),
+        (["scheduler=inverse_sqrt", "scheduler.peak_lr=2e-3"], 2e-3),
+        (["scheduler=constant"], 3e-3),  # the group's default peak
+    ],
+)
+def test_the_module_trains_at_the_one_peak_the_config_names(compose, tmp_path, overrides, peak):
+    """scheduler.peak_lr is read by every schedule (noam's formula only where it is null), and
+    the peak the module reports (results.json, W&B) is the one its optimizer really reaches."""
+    from attnlab.pipeline.build import build_datamodule, build_module
+
+    cfg = compose([*overrides, "trainer.max_steps=400", f"paths.run_dir={tmp_path}"])
+    module = build_module(cfg, build_datamodule(cfg, tmp_path))
+    assert module.peak_lr() == pytest.approx(peak)
+    scheduler = module.configure_optimizers()["lr_scheduler"]["scheduler"]
+    seen = []
+    for _ in range(300):
+        seen.append(scheduler.optimizer.param_groups[0]["lr"])
+        scheduler.optimizer.step()  # no gradients: changes nothing, keeps torch's order
+        scheduler.step()
+    assert max(seen) == pytest.approx(peak)
+
+
+def test_a_learning_rate_given_as_optim_lr_is_refused_in_one_line(compose):
+    """The peak's second home is gone: optim.lr is not silently ignored (noam used to train at
+    its own peak with optim.lr=0.5, and a run folder named lr_0.5)."""
+    with pytest.raises(Exception, match="optim"):
+        compose(["scheduler=noam", "optim.lr=0.5"])
+
+
+def test_a_checkpoint_made_before_peak_lr_was_the_home_keeps_its_peak():
+    from attnlab.training.schedules import schedule_from_config
+
+    old = {"name": "cosine", "warmup_steps": 10, "max_steps": 100, "peak_lr": None}
+    schedule = schedule_from_config(old, 64, 100, optim={"lr": 2e-3})
+    assert max(schedule(s) for s in range(1, 101)) == pytest.approx(2e-3)
+    noam_old = {"name": "noam", "warmup_steps": 10, "peak_lr": None, "scale": 1.0}
+    schedule = schedule_from_config(noam_old, 64, 100, optim={"lr": 2e-3})  # noam ignored it
+    assert schedule(10) == pytest.approx((64 * 10) ** -0.5)

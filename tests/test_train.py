@@ -41,8 +41,10 @@ def test_short_run_writes_the_run_directory(compose, tiny_run, tmp_path, data, m
     for split in ("val", "test"):
         for name in METRICS:
             assert 0 <= metrics[f"{split}/{name}"] < math.inf, f"{split}/{name}"
-    for name in ("loss", "grad_norm", "tokens_per_sec", "token_acc", "perplexity"):
+    for name in ("loss", "tokens_per_sec", "token_acc", "perplexity"):
         assert metrics[f"train/{name}"] > 0, name
+    assert metrics["diag/grad_norm"] > 0 and metrics["diag/attn_logit_max"] > 0
+    assert math.isfinite(metrics["diag/log_z"])
     assert metrics["train/lr"] >= 0  # the cosine schedule ends at 0
     assert metrics["val/loss_best"] <= metrics["val/loss"]
     assert metrics["val/exact_match_best"] >= metrics["val/exact_match"]
@@ -81,7 +83,7 @@ def test_training_lowers_the_loss(compose, tiny_run, tmp_path):
         "data=copy",
         "trainer.max_steps=60",
         "trainer.val_check_interval=30",
-        "optim.lr=3e-3",
+        "scheduler.peak_lr=3e-3",
         "scheduler.name=inverse_sqrt",
         "scheduler.warmup_steps=10",
         "callbacks=none",

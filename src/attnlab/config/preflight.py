@@ -45,6 +45,13 @@ _INFO_FLAGS = (
 )
 
 
+# Keys that have moved, and where to: an override of one is told, not just refused.
+MOVED_KEYS = {
+    "optim.lr": "the peak learning rate has one home, which every schedule reads: use "
+    "scheduler.peak_lr (null with scheduler=noam: the paper's formula)",
+}
+
+
 class ConfigError(Exception):
     """A bad config value; the message is one line naming the key."""
 
@@ -123,6 +130,8 @@ def _unknown_key(key: str, parent, outer: BaseException) -> str:
     where, _, name = key.rpartition(".")
     if where == "trainer" and name in ATTNLAB_SETS:
         return f"{key} is set by attnlab-train; use {ATTNLAB_SETS[name]}"
+    if key in MOVED_KEYS:
+        return f"{key} is not a key; {MOVED_KEYS[key]}"
     keys = [str(k) for k in parent.keys()] if OmegaConf.is_dict(parent) else []
     known = [k for k in keys if k != "hydra" and not (k.startswith("_") and k.endswith("_"))]
     line = f"{key} is not a key of {where or 'the config'}"

@@ -62,14 +62,12 @@ ModelConfig = structured(
 class OptimConfig:
     """Adam with the paper's betas and eps (Sec. 5.3): a partial of `_target_`, which the
     LightningModule completes with the model (attnlab.training.optimizer.optimizer_from_config).
-    `lr` is the peak learning rate of the inverse_sqrt, cosine and constant schedules (the
-    schedule's, not passed to `_target_`); noam derives its own from d_model. Weight decay skips
-    biases, norm gains and positional tables."""
+    The learning rate is not here: the schedule's scheduler.peak_lr is its one home. Weight
+    decay skips biases, norm gains and positional tables."""
 
     _target_: str = "attnlab.training.optimizer.build_optimizer"
     _partial_: bool = True
     name: Optimizer = Optimizer.adam
-    lr: float = 1e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     eps: float = 1e-9
     weight_decay: float = 0.0  # on weight matrices and embeddings only
@@ -81,19 +79,20 @@ class OptimConfig:
 
 @dataclass
 class SchedulerConfig:
-    """attnlab.training.schedules; stepped every optimizer step. max_steps (cosine) defaults to
-    trainer.max_steps; scale multiplies noam's formula; peak_lr (null: optim.lr, noam: its
-    formula) sets the peak of any schedule, noam's included. A partial of `_target_`, completed
-    with optim.lr, d_model and the horizon (attnlab.training.schedules.schedule_from_config)."""
+    """attnlab.training.schedules; stepped every optimizer step. peak_lr: the peak learning rate
+    of the run, whatever the schedule (its one home; null only with noam, whose formula then
+    sets it, (d_model * warmup_steps)^-0.5 * scale). max_steps (cosine) defaults to
+    trainer.max_steps. A partial of `_target_`, completed with d_model and the horizon
+    (attnlab.training.schedules.schedule_from_config)."""
 
     _target_: str = "attnlab.training.schedules.build_schedule"
     _partial_: bool = True
     name: Scheduler = Scheduler.noam
+    peak_lr: float | None = None
     warmup_steps: int = 4000
     scale: float = 1.0
     min_lr: float = 0.0
     max_steps: int | None = None
-    peak_lr: float | None = None
 
 
 @dataclass
@@ -107,13 +106,17 @@ class ModuleConfig:
 
 @dataclass
 class LossConfig:
-    """Label-smoothed cross-entropy (Sec. 5.4, eps_ls), padding ignored. `normalize`: divide the
+    """Label-smoothed cross-entropy (Sec. 5.4, eps_ls), padding ignored, plus an optional z-loss.
+    `normalize`: divide the
     summed token losses by the target tokens of the global batch (tokens_global: all DDP ranks,
     so DDP computes the same gradient as one process) or of each rank's share (tokens: DDP then
     averages the ranks' means, which differs when ranks hold different numbers of tokens)."""
 
     label_smoothing: float = 0.1
     normalize: LossNormalize = LossNormalize.tokens_global
+    # z-loss (Chowdhery et al., 2022, PaLM: 1e-4): + z_loss * mean (log Z)^2 over the target
+    # tokens, log Z the output's log-partition; 0: off. Never part of the nll metrics.
+    z_loss: float = 0.0
 
 
 @dataclass

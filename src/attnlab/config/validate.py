@@ -21,7 +21,7 @@ from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
 from attnlab.model.config import TransformerConfig
-from attnlab.training.schedules import SCHEDULERS, noam_problem
+from attnlab.training.schedules import SCHEDULERS, noam_problem, peak_problem
 from attnlab.validation import choice_problem, integer_problem, number_problem, raise_first
 
 __all__ = ["DataConfigError", "exact_match_enabled", "transformer_config", "validate_config"]
@@ -144,9 +144,8 @@ def _check_schedule_and_loss(cfg: DictConfig) -> None:
             choice_problem("scheduler.name", scheduler["name"], SCHEDULERS),
             integer_problem("scheduler.warmup_steps", scheduler["warmup_steps"], 0),
             number_problem("loss.label_smoothing", cfg.loss.label_smoothing, 0.0, 1.0),
-            None
-            if scheduler.get("peak_lr") is None
-            else number_problem("scheduler.peak_lr", scheduler["peak_lr"], 0.0, low_open=True),
+            peak_problem(scheduler["name"], scheduler.get("peak_lr")),
+            number_problem("loss.z_loss", cfg.loss.z_loss, 0.0),
             noam_problem(
                 scheduler["name"],
                 scheduler["warmup_steps"],

@@ -1,4 +1,4 @@
-"""Values that type-check but cannot be meant: a learning rate <= 0, betas outside [0, 1), a
+"""Values that type-check but cannot be meant: betas outside [0, 1), a
 negative eps, weight decay or clipping threshold, ... (one line naming the key, like every
 check of attnlab.config.validate, which calls `check_values`)."""
 
@@ -14,7 +14,6 @@ def check_values(cfg: DictConfig) -> None:
     optim, scheduler = to_plain(cfg.optim), to_plain(cfg.scheduler)
     betas = list(optim.get("betas") or [])
     problems = [
-        number_problem("optim.lr", optim["lr"], 0.0, low_open=True),
         number_problem("optim.eps", optim["eps"], 0.0),
         number_problem("optim.weight_decay", optim["weight_decay"], 0.0),
         *(number_problem(f"optim.betas[{i}]", b, 0.0, 1.0) for i, b in enumerate(betas)),

@@ -192,6 +192,20 @@ class MultiHeadAttention(nn.Module):
             out = ctx.packing.pack(out)  # (N, H * d_k)
         return self.w_o(out), weights
 
+    def scores(
+        self, x: Tensor, memory: Tensor | None = None, ctx: AttentionContext = PLAIN
+    ) -> Tensor:
+        """The attention logits of the call forward(x, memory, ctx) would make: Eq. 1's
+        Q K^T * scale, (B, H, T, S), before ALiBi's bias and the softmax, with -inf where the
+        masks hide a key. Their largest value is the instability diagnostic of Dehghani et al.
+        (2023): it grows before a run diverges, and qk_norm bounds it. No cache, no packing."""
+        if ctx.cache is not None or ctx.packing is not None:
+            raise ValueError("scores() takes a full forward's context: no cache, no packing")
+        q, k, _ = self._self_qkv(x, ctx) if memory is None else self._cross_qkv(x, memory, ctx)
+        logits = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, S)
+        allowed = build_allowed(ctx.key_padding_mask, ctx.causal, q.size(2), k.size(2), q.device)
+        return logits if allowed is None else logits.masked_fill(~allowed, float("-inf"))
+
     def _self_qkv(self, x: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V of x, each (B, H, T, d_k); with a cache, K and V after the cached ones."""
         q, k, v = self._project(x, self.w_q, self.w_k, self.w_v, ctx=ctx)

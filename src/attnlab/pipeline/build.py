@@ -76,6 +76,7 @@ def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
         optim=to_plain(cfg.optim),
         scheduler=to_plain(cfg.scheduler),
         label_smoothing=cfg.loss.label_smoothing,
+        z_loss=cfg.loss.z_loss,
         loss_normalize=to_plain(cfg.loss)["normalize"],
         bos_id=datamodule.bos_id,
         eos_id=datamodule.eos_id,

@@ -185,14 +185,16 @@ def _torch_threads(n: int | None):
 
 
 def _log_config(cfg: DictConfig, built: Built, state: RunState) -> None:
-    """The whole config (dotted keys) and the parameter count to every logger; the W&B run id
-    into the record."""
+    """The whole config (dotted keys) and the parameter count to every logger, with
+    scheduler.peak_lr the peak the schedule really takes (noam's formula's where it is null);
+    the W&B run id and that peak into the record."""
     flat_config = flatten(plain_config(cfg))
     flat_config["model.num_parameters"] = built.module.model.num_parameters()
+    flat_config["scheduler.peak_lr"] = peak_lr = built.module.peak_lr()
     for logger in built.loggers:
         logger.log_hyperparams(flat_config)
     if state.is_rank_zero:
-        state.record.write(wandb_run_id=wandb_id(built.loggers))
+        state.record.write(wandb_run_id=wandb_id(built.loggers), peak_lr=peak_lr)
 
 
 # --- ending ----------------------------------------------------------------------------------
@@ -248,6 +250,8 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
     for callback in built.trainer.callbacks:  # e.g. "extrapolation" (training/extrapolation.py)
         results.update(getattr(callback, "results_record", dict)())
     results["wall_time_s"] = state.wall_time()
+    if built.module.nll_init is not None:
+        results["nll_init"] = float(built.module.nll_init)
     if status == Status.DIVERGED:
         results["diverged_step"] = built.module.diverged_step
     if state.is_rank_zero:

@@ -100,3 +100,17 @@ def label_smoothed_nll(
     loss = torch.where(real, per_token, 0.0).sum() / denom
     nll = torch.where(real, token_nll, 0.0).sum() / denom
     return loss, nll, n_tokens
+
+
+def z_loss(logits: Tensor, targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
+    """PaLM's auxiliary z-loss (Chowdhery et al., 2022, Sec. 5): mean over non-PAD targets of
+    (log Z)^2, log Z = logsumexp_v x_v the log-partition of the output softmax, for logits
+    (..., V) and targets (...). It pulls log Z towards 0, so the logits cannot drift upward
+    together (a source of instability in bf16). Returns ((log Z)^2 mean, log Z mean); the caller
+    multiplies the first by its coefficient (loss.z_loss)."""
+    log_z = torch.logsumexp(logits.float(), dim=-1)  # (...,)
+    real = targets != pad_id
+    denom = real.sum().clamp(min=1)
+    return torch.where(real, log_z.square(), 0.0).sum() / denom, (
+        torch.where(real, log_z.detach(), 0.0).sum() / denom
+    )

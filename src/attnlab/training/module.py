@@ -3,14 +3,18 @@
 Both train with label-smoothed cross-entropy (Sec. 5.4) and Adam with beta1=0.9, beta2=0.98,
 eps=1e-9 under a learning-rate schedule stepped every optimizer step (Sec. 5.3), and log
 
-    train/  loss, nll, perplexity, token_acc, lr, grad_norm, tokens_per_sec
+    train/  loss, nll, perplexity, token_acc, lr, tokens_per_sec (z_loss when loss.z_loss > 0)
             (every trainer.log_every_n_steps steps, and the last; tokens_per_sec over the steps
             since the previous value, validation excluded)
     val/ test/  loss, nll, perplexity, token_acc, exact_match                 (every evaluation)
     val/loss_best, val/nll_best, val/exact_match_best
+    diag/   grad_norm (before clipping, with the train/ metrics); attn_logit_max,
+            attn_logit_max/<attention module>, log_z (every validation, on a fixed probe batch:
+            attnlab.training.diagnostics)
 
-`loss` is the smoothed objective, `nll` the plain cross-entropy, perplexity = exp(nll). Select and
-compare on `nll` (unsmoothed): a label-smoothing ablation ranked on `loss` is biased.
+`loss` is the smoothed cross-entropy, `nll` the plain one, perplexity = exp(nll); neither includes
+the z-loss, which the training objective adds (loss.z_loss). Select and compare on `nll`
+(unsmoothed): a label-smoothing ablation ranked on `loss` is biased.
 exact_match is from greedy decoding (not teacher forcing), compared up to and including EOS;
 `exact_match=False` skips it (translation is measured by BLEU, training/translation_quality.py).
 Under DDP the train/ metrics are over the global batch (all ranks); see `loss_normalize`.
@@ -26,11 +30,12 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.training.losses import label_smoothed_nll, logits_for_loss
+from attnlab.training.diagnostics import probe
+from attnlab.training.losses import label_smoothed_nll, logits_for_loss, z_loss
 from attnlab.training.metrics import exact_match, token_accuracy
 from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.options import LOSS_NORMALIZATIONS
-from attnlab.training.schedules import lr_lambda, schedule_from_config
+from attnlab.training.schedules import lr_lambda, peak_of, schedule_from_config
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 
@@ -38,8 +43,8 @@ _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 class TransformerModule(L.LightningModule):
     """Shared training logic; subclasses say how a batch becomes logits / targets / predictions.
 
-    model: TransformerConfig fields (dict); optim: {name, lr, betas, eps, weight_decay};
-    scheduler: {name, warmup_steps, scale, min_lr, max_steps, peak_lr}; max_steps: the run's length
+    model: TransformerConfig fields (dict); optim: {name, betas, eps, weight_decay};
+    scheduler: {name, peak_lr, warmup_steps, scale, min_lr, max_steps}; max_steps: the run's length
     (the cosine schedule's default horizon); exact_match: greedy-decode every evaluation
     batch for val/ and test/exact_match. Plain dicts, so checkpoints reload with
     `load_from_checkpoint` alone. compile: torch.compile the model's forward (training and
@@ -59,6 +64,7 @@ class TransformerModule(L.LightningModule):
         optim: dict,
         scheduler: dict,
         label_smoothing: float = 0.1,
+        z_loss: float = 0.0,
         bos_id: int = 2,
         eos_id: int = 3,
         max_steps: int | None = None,
@@ -98,6 +104,10 @@ class TransformerModule(L.LightningModule):
         self._validation_start = 0.0
         self._grad_norm: Tensor | None = None
         self._param_list: list[nn.Parameter] | None = None
+        self._probe: dict | None = None  # the first validation batch: the diagnostics' input
+        # The unsmoothed nll of the first training batch before any update (kept in
+        # checkpoints): the loss at initialization, where an LR sensitivity caps a diverged run.
+        self.nll_init: Tensor | None = None
 
     # --- what subclasses define -----------------------------------------------------------
     def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
@@ -142,9 +152,16 @@ class TransformerModule(L.LightningModule):
         loss, nll, n_tokens = label_smoothed_nll(
             logits, targets, self.hparams.label_smoothing, self.pad_id
         )
+        if self.nll_init is None and self.trainer.global_step == 0:
+            self.nll_init = nll.detach()  # no host sync: read when the run ends
         self._window_tokens.append(n_tokens)
         if self._log_now:
             self._log_train_metrics(loss.detach(), nll, n_tokens, logits.detach(), targets)
+        if self.hparams.z_loss:
+            penalty, _ = z_loss(logits, targets, self.pad_id)
+            if self._log_now:
+                self.log("train/z_loss", penalty.detach() * self.hparams.z_loss, on_step=True)
+            loss = loss + self.hparams.z_loss * penalty
         if self._grad_scaler() is not None and not torch.isfinite(loss):
             self._diverge()  # 16-mixed: inf gradients are the scaler's business, the loss ours
         world = self.trainer.world_size
@@ -196,7 +213,7 @@ class TransformerModule(L.LightningModule):
             return
         self._grad_norm = norm
         if self._log_now:
-            self.log("train/grad_norm", norm, on_step=True)
+            self.log("diag/grad_norm", norm, on_step=True)
 
     def configure_gradient_clipping(
         self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
@@ -268,12 +285,25 @@ class TransformerModule(L.LightningModule):
         return values
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
+        if batch_idx == 0 and self._probe is None:  # the same batch at every validation
+            self._probe = {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
         self._eval_step("val", batch)
+
+    def _log_diagnostics(self) -> None:
+        """diag/ attn_logit_max (per attention module and overall) and log_z on the probe
+        batch (attnlab.training.diagnostics). Under DDP, rank zero's probe is the one logged."""
+        if self._probe is None:
+            return
+        inputs, targets = self.inputs_and_targets(self._probe)
+        values = probe(self.model, lambda: self.model(*inputs), targets, self.pad_id)
+        for name, value in values.items():
+            self.log(f"diag/{name}", value, rank_zero_only=True)
 
     def on_validation_epoch_end(self) -> None:
         values = self._eval_epoch_end("val")
         if self.trainer.sanity_checking or "loss" not in values:
             return
+        self._log_diagnostics()
         self.val_loss_best.update(values["loss"])
         self.log("val/loss_best", self.val_loss_best.compute(), sync_dist=True)
         self.val_nll_best.update(values["nll"])
@@ -288,16 +318,32 @@ class TransformerModule(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.nll_init is not None:
+            checkpoint["attnlab_nll_init"] = float(self.nll_init)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "attnlab_nll_init" in checkpoint:
+            self.nll_init = torch.tensor(checkpoint["attnlab_nll_init"])
+
     # --- optimization ---------------------------------------------------------------------
+    def schedule(self):
+        """The learning-rate schedule, step (from 1) -> lr, of cfg.scheduler."""
+        h = self.hparams
+        return schedule_from_config(h.scheduler, self.config.d_model, h.max_steps, h.optim)
+
+    def peak_lr(self) -> float:
+        """The largest learning rate the schedule takes (scheduler.peak_lr, or noam's own)."""
+        return peak_of(self.schedule(), int(self.hparams.scheduler.get("warmup_steps", 0)))
+
     def configure_optimizers(self):
         """cfg.optim and cfg.scheduler instantiated (partials of their `_target_`, completed
         here): Adam (or AdamW) with lr=1.0 and a LambdaLR whose factor is the scheduled lr;
         weight decay on matrices and embeddings only (attnlab.training.optimizer)."""
-        o, s = self.hparams.optim, self.hparams.scheduler
+        o = self.hparams.optim
         scaled = self._trainer is not None and self._grad_scaler() is not None
         optimizer = optimizer_from_config(self.model, o, grad_scaler=scaled)
-        schedule = schedule_from_config(o, s, self.config.d_model, self.hparams.max_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(self.schedule()))
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},

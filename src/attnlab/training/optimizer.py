@@ -98,8 +98,9 @@ def optimizer_from_config(
     model: nn.Module, optim: dict, grad_scaler: bool = False
 ) -> torch.optim.Optimizer:
     """cfg.optim (a plain dict) instantiated for `model`: its `_target_` (build_optimizer
-    unless the config names another builder) called with the model and every key but `lr`,
-    which is the schedule's peak (schedules.schedule_from_config)."""
+    unless the config names another builder) called with the model and its keys. The learning
+    rate is the schedule's (scheduler.peak_lr); an `lr` in a checkpoint made before that was
+    its home is dropped here (schedules.schedule_from_config reads it)."""
     spec = {"_target_": DEFAULT_OPTIMIZER, **optim, "_partial_": True}
     spec.pop("lr", None)
     return instantiate(spec, _convert_="all")(model, grad_scaler=grad_scaler)

@@ -4,10 +4,11 @@
 with lr=1.0, so the factor *is* the learning rate. LambdaLR calls the factor with 0 before the
 first optimizer step, hence the `+ 1`.
 
-The peak: inverse_sqrt, cosine and constant rise (after any warmup) to optim.lr; noam's peak
-follows from d_model and warmup_steps, (d_model * warmup_steps)^-0.5, so changing its warmup also
-changes its peak. `scheduler.peak_lr` sets the peak of every schedule directly (noam rescaled to
-it), which is what a warmup ablation needs: arms that differ in the warmup only.
+The peak learning rate has one home, `scheduler.peak_lr`, which every schedule reads: inverse_sqrt,
+cosine and constant rise (after any warmup) to it; noam is rescaled to peak there. Only noam may
+leave it null, and then its own formula sets the peak, (d_model * warmup_steps)^-0.5 * scale, so
+its warmup also moves its peak; a warmup ablation wants arms that differ in the warmup only, so it
+sets peak_lr. `peak_of` is the peak a schedule really reaches (what results.json and W&B record).
 """
 
 from __future__ import annotations
@@ -87,23 +88,32 @@ def noam_problem(name: str, warmup_steps: int, peak_lr: float | None, d_model: i
     )
 
 
+def peak_problem(name: str, peak_lr) -> str | None:
+    """Every schedule but noam needs a peak learning rate; a given one must be > 0."""
+    if peak_lr is None:
+        if name == "noam":
+            return None
+        return (
+            f"scheduler.peak_lr=null is not valid with scheduler.name={name}; expected a number "
+            "> 0 (only noam may leave it null: its formula then sets the peak)"
+        )
+    if isinstance(peak_lr, bool) or not isinstance(peak_lr, int | float) or not peak_lr > 0:
+        return f"scheduler.peak_lr={peak_lr!r} is not valid; expected a number > 0"
+    return None
+
+
 def build_schedule(
     name: str,
     *,
-    lr: float,
+    peak_lr: float | None,
     d_model: int,
     warmup_steps: int,
     max_steps: int | None = None,
     min_lr: float = 0.0,
     scale: float = 1.0,
-    peak_lr: float | None = None,
 ) -> Callable[[int], float]:
-    """The schedule `name` (one of SCHEDULERS) as a function step -> lr, step counted from 1.
-
-    `lr` is the peak learning rate of inverse_sqrt, cosine and constant; noam ignores it (its
-    peak follows from d_model, warmup_steps and `scale`). `peak_lr`, when given, is the peak of
-    any of them (for noam it replaces `scale`).
-    """
+    """The schedule `name` (one of SCHEDULERS) as a function step -> lr, step counted from 1,
+    peaking at `peak_lr` (noam with peak_lr=None: at its formula's peak, times `scale`)."""
     if name not in SCHEDULERS:
         raise ValueError(
             f"scheduler.name={name!r} is not valid; expected one of: {', '.join(SCHEDULERS)}"
@@ -112,13 +122,15 @@ def build_schedule(
         raise ValueError(
             f"scheduler.warmup_steps={warmup_steps!r} is not valid; expected an integer >= 0"
         )
-    if peak_lr is not None:
-        lr = peak_lr
-        scale = noam_scale_for_peak(peak_lr, d_model, warmup_steps)
+    problem = peak_problem(name, peak_lr)
+    if problem:
+        raise ValueError(problem)
     if name == "noam":
+        if peak_lr is not None:
+            scale = noam_scale_for_peak(peak_lr, d_model, warmup_steps)
         return partial(noam, d_model=d_model, warmup_steps=warmup_steps, scale=scale)
     if name == "inverse_sqrt":
-        return partial(inverse_sqrt, peak_lr=lr, warmup_steps=warmup_steps)
+        return partial(inverse_sqrt, peak_lr=peak_lr, warmup_steps=warmup_steps)
     if name == "cosine":
         if max_steps is None or max_steps <= 0:
             raise ValueError(
@@ -126,21 +138,33 @@ def build_schedule(
                 f"trainer.max_steps), got {max_steps!r}"
             )
         return partial(
-            cosine, peak_lr=lr, warmup_steps=warmup_steps, max_steps=max_steps, min_lr=min_lr
+            cosine, peak_lr=peak_lr, warmup_steps=warmup_steps, max_steps=max_steps, min_lr=min_lr
         )
-    return partial(constant, peak_lr=lr, warmup_steps=warmup_steps)
+    return partial(constant, peak_lr=peak_lr, warmup_steps=warmup_steps)
 
 
 def schedule_from_config(
-    optim: dict, scheduler: dict, d_model: int, max_steps: int | None
+    scheduler: dict, d_model: int, max_steps: int | None, optim: dict | None = None
 ) -> Callable[[int], float]:
     """The schedule of a run's config: cfg.scheduler (a plain dict) instantiated, a partial of
-    its `_target_` (build_schedule unless the config names another), completed with cfg.optim's
-    lr (the peak), the model's d_model and trainer.max_steps (the cosine horizon unless
-    scheduler.max_steps is set)."""
+    its `_target_` (build_schedule unless the config names another), completed with d_model and
+    trainer.max_steps (the cosine horizon unless scheduler.max_steps is set).
+
+    `optim`: a checkpoint's optim hyper-parameters. Checkpoints made before scheduler.peak_lr
+    became the one home kept the peak in optim.lr (with peak_lr null); it is read from there."""
     spec = {"_target_": DEFAULT_SCHEDULE, **scheduler, "_partial_": True}
     spec["max_steps"] = spec.get("max_steps") or max_steps
-    return instantiate(spec, _convert_="all")(lr=optim["lr"], d_model=d_model)
+    legacy = (optim or {}).get("lr")
+    if spec.get("peak_lr") is None and spec.get("name") != "noam" and legacy is not None:
+        spec["peak_lr"] = legacy
+    spec.setdefault("peak_lr", None)
+    return instantiate(spec, _convert_="all")(d_model=d_model)
+
+
+def peak_of(schedule: Callable[[int], float], warmup_steps: int) -> float:
+    """The largest learning rate `schedule` takes: every schedule here rises (linearly, or not
+    at all) until its warmup ends and never rises after, so its peak is at step max(warmup, 1)."""
+    return max(schedule(1), schedule(max(warmup_steps, 1)))
 
 
 def lr_lambda(schedule: Callable[[int], float]) -> Callable[[int], float]:
