@@ -83,9 +83,7 @@ def test_warmup_ablation_holds_peak_and_horizon_reaches_every_peak_and_clips_not
     for (_norm, warmup), flat in arms.items():
         cfg = _nested(flat)
         max_steps = cfg["trainer"]["max_steps"]
-        schedule = schedule_from_config(
-            cfg["optim"], cfg["scheduler"], cfg["model"]["d_model"], max_steps
-        )
+        schedule = schedule_from_config(cfg["scheduler"], cfg["model"]["d_model"], max_steps)
         lrs = [schedule(s) for s in range(1, max_steps + 1)]
         peak = max(lrs)
         assert lrs.index(peak) + 1 == max(warmup, 1) <= max_steps // 2  # reached, then decays
@@ -107,9 +105,7 @@ def test_gpu_warmup_ablation_holds_each_peak_and_the_horizon_and_clips_nothing()
     for (_norm, _warmup, peak_lr), flat in arms.items():
         cfg = _nested(flat)
         max_steps = cfg["trainer"]["max_steps"]
-        schedule = schedule_from_config(
-            cfg["optim"], cfg["scheduler"], cfg["model"]["d_model"], max_steps
-        )
+        schedule = schedule_from_config(cfg["scheduler"], cfg["model"]["d_model"], max_steps)
         lrs = [schedule(s) for s in range(1, max_steps + 1, 10)]
         assert max(lrs) == pytest.approx(peak_lr, rel=1e-3)
         assert lrs[-1] < 0.01 * peak_lr and cfg["scheduler"]["max_steps"] == max_steps
@@ -157,3 +153,25 @@ def _nested(flat: dict) -> dict:
 def test_plain_config_helpers_agree():  # the helpers above read what training reads
     cfg = compose_config(REPO / "conf", ["scheduler.peak_lr=1.0e-3", "paths.run_dir=run"])
     assert _nested(flatten(plain_config(cfg)))["scheduler"] == to_plain(cfg.scheduler)
+
+
+def test_lr_sensitivity_sweep_reaches_each_swept_peak_over_one_horizon_unsmoothed_unclipped():
+    """sweeps/lr_sensitivity.yaml: every arm (norm x warmup x qk_norm x rate) peaks at its swept
+    scheduler.peak_lr and decays to 0 at the same step; no clipping, no label smoothing (the
+    nll has no floor), the paper's depth; the grid spans three decades."""
+    arms = _arms("lr_sensitivity")
+    assert {k[:3] for k in arms} == {
+        (n, w, q) for n in ("post", "pre") for w in (0, 300) for q in (False, True)
+    }
+    rates = sorted({k[3] for k in arms})
+    assert rates[-1] / rates[0] >= 1000
+    for (_norm, warmup, _qk, peak_lr), flat in arms.items():
+        cfg = _nested(flat)
+        max_steps = cfg["trainer"]["max_steps"]
+        schedule = schedule_from_config(cfg["scheduler"], cfg["model"]["d_model"], max_steps)
+        lrs = [schedule(s) for s in range(1, max_steps + 1)]
+        assert max(lrs) == pytest.approx(peak_lr, rel=1e-4)
+        assert lrs.index(max(lrs)) + 1 == max(warmup, 1) and lrs[-1] < 0.01 * peak_lr
+        assert cfg["scheduler"]["max_steps"] == max_steps == 600
+        assert cfg["trainer"]["gradient_clip_val"] is None and cfg["loss"]["label_smoothing"] == 0
+        assert cfg["model"]["n_encoder_layers"] == cfg["model"]["n_decoder_layers"] == 6

@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"command of trial 000: {shlex.join(trials[0].command)}")
         return 0
 
+    write_spec(out, config)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         results = run_trials(
@@ -150,6 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     return exit_code(
         [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
     )
+
+
+def write_spec(out: Path, config: dict) -> None:
+    """<out>/sweep.yaml: the sweep file as it was run (its metric, its parameters in their
+    order, an optional `baseline:`), which attnlab-compare reads for its defaults; kept as
+    first written when a sweep is resumed into the same folder."""
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "sweep.yaml"
+    if not path.exists():
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def resume_command(argv: list[str], out: Path) -> str:
