@@ -79,7 +79,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 def test_compare_aggregates_seeds_and_marks_failed_and_diverged_runs(runs_dir, capsys):
-    assert compare.main([str(runs_dir)]) == 0
+    assert compare.main([str(runs_dir), "--all"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "6 runs in 2 groups by model.pos_encoding" in lines[0]  # seed, run_name ignored
@@ -242,12 +242,13 @@ def test_attnlab_eval_results_in_a_run_become_eval_metrics(runs_dir, capsys):
         eval_dir = runs_dir / f"rope-s{seed}" / "eval"
         eval_dir.mkdir()
         (eval_dir / "greedy.json").write_text(json.dumps({"bleu": bleu, "chrf": 50.0, "n": 3}))
-    assert compare.main([str(runs_dir), "--metric", "eval/greedy/bleu"]) == 0
+    assert compare.main([str(runs_dir), "--metric", "eval/greedy/bleu", "--all"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "eval/greedy/bleu mean" in lines[1] and "eval/greedy/chrf (mean ± std, n)" in lines[1]
     rope = next(ln for ln in lines if ln.startswith("rope "))
     assert rope.split()[5:8] == ["21", f"{statistics.stdev([20.0, 22.0]):.4g}", "2"]
-    assert compare.main([str(runs_dir), "--columns", "eval/*/bleu", "--columns", "test/ex*"]) == 0
+    argv = [str(runs_dir), "--columns", "eval/*/bleu", "--columns", "test/ex*", "--all"]
+    assert compare.main(argv) == 0
     header = capsys.readouterr().out.splitlines()[1]
     assert "eval/greedy/bleu (mean" in header and "test/exact_match (mean" in header
     assert "chrf" not in header

@@ -150,7 +150,7 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
 
 def test_runs_csv_regenerates_the_same_statistics(sweep, tmp_path, capsys):
     """runs.csv is the recomputable form: compare on it prints the same tables as on the runs."""
-    argv = ["--metric", "test/bleu", "--baseline", "n_heads=8", "--columns", "length/16/*"]
+    argv = ["--metric", "test/bleu", "--baseline", "n_heads=8", "--columns", "length/16/*", "--all"]
     assert compare.main([str(sweep), *argv, "--out", str(tmp_path / "a")]) == 0
     from_runs = capsys.readouterr().out
     table = tmp_path / "a" / "runs.csv"
@@ -170,12 +170,34 @@ def test_runs_csv_regenerates_the_same_statistics(sweep, tmp_path, capsys):
 def test_planner_prints_seeds_runs_and_compute(sweep, capsys):
     assert compare.main([str(sweep), "--metric", "test/bleu", "--plan", "0.9"]) == 0
     out = capsys.readouterr().out
-    plan = stats.seeds_needed([H1, H8, [20.1, 20.4, 19.8]], 0.9)
-    assert f"{plan.seeds_per_arm} seeds per arm" in out
+    plan = stats.seeds_needed([H1, H8, [20.1, 20.4, 19.8]], 0.9, comparisons=2)
+    assert "in each of 2 comparisons against a baseline, Holm-corrected" in out
+    assert f"at the pilot's spread: {plan.seeds_per_arm} seeds per arm" in out
     runs = 3 * plan.seeds_per_arm
-    assert f"compute: {runs} runs ({runs - 9} more than the pilot) x 1.0 min per run" in out
+    assert f"{runs} runs ({runs - 9} more than the pilot) x 1.0 min per run" in out
     assert f"{runs * 60 / 3600:.2f} h of run time" in out
+    assert f"{plan.seeds_per_arm_upper} seeds per arm" in out
     assert not (sweep / "comparison.md").exists()  # the planner writes nothing
+
+
+def test_planner_counts_the_comparisons_holm_will_correct_for():
+    """docs/REPRODUCTION.md section 3's pilot (h = 1, 4, 8, 16; 3 seeds each): 9 seeds per arm
+    for 0.9 BLEU at alpha 0.05, but its three arms are tested against h = 8 under Holm, whose
+    smallest p must beat 0.05 / 3: 12 seeds, and 19 at the upper 80% bound of the spread (a
+    3-seed pilot's std is itself uncertain). The planner used to answer 9."""
+    from attnlab.analysis.run_table import read_runs_csv
+
+    runs = read_runs_csv(Path(__file__).resolve().parents[1] / "docs/results/heads.csv")
+    by_h: dict = {}
+    for run in runs:
+        by_h.setdefault(run.config["model.n_heads"], []).append(run.metrics["test/bleu"])
+    one = stats.seeds_needed(list(by_h.values()), 0.9)
+    holm = stats.seeds_needed(list(by_h.values()), 0.9, comparisons=3)
+    assert (one.seeds_per_arm, holm.seeds_per_arm) == (9, 12)
+    assert (one.seeds_per_arm_upper, holm.seeds_per_arm_upper) == (14, 19)
+    assert holm.alpha == pytest.approx(0.05 / 3) and holm.pooled_df == 8
+    chi2_bound = holm.pooled_std * math.sqrt(8 / 4.59357)  # chi2.ppf(0.2, 8) = 4.59357
+    assert holm.std_upper == pytest.approx(chi2_bound, rel=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -139,11 +139,23 @@ def find_baseline(groups: Sequence[Group], keys: Sequence[str], wanted: Sequence
                 + (", ".join(keys) or "none (the runs differ in no key)")
             )
         conditions.append((full, value))
-    for g in groups:
-        if all(fmt_value(g.values[k]) == v or g.values[k] == _as_value(v) for k, v in conditions):
-            return g
-    labels = "; ".join(group_label(g, names) for g in groups)
-    raise ValueError(f"--baseline {' '.join(wanted)} matches no group; the groups: {labels}")
+    matches = [
+        g
+        for g in groups
+        if all(fmt_value(g.values[k]) == v or g.values[k] == _as_value(v) for k, v in conditions)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        labels = "; ".join(group_label(g, names) for g in groups)
+        raise ValueError(f"--baseline {' '.join(wanted)} matches no group; the groups: {labels}")
+    given = {k for k, _ in conditions}
+    rest = [k for k in keys if k not in given]
+    raise ValueError(
+        f"--baseline {' '.join(wanted)} matches {len(matches)} groups "
+        f"({'; '.join(group_label(g, names) for g in matches)}); add --baseline KEY=VALUE for "
+        + ", ".join(rest)
+    )
 
 
 def _as_value(text: str):
@@ -161,12 +173,15 @@ def statistics_table(
     metric: str,
     baseline: Group,
     paired: bool = False,
+    still_improving: Sequence[Group] = (),
 ) -> list[list[str]]:
     """Header + one row per group: n, mean, std, 95% CI, and against the baseline the difference
     with its 95% CI, the test's p, Holm's p across the arms of this table, the minimum detectable
-    difference at 80% power and the verdict (attnlab.analysis.stats). ValueError when a paired
-    test meets groups of different seeds."""
+    difference at 80% power and the verdict (attnlab.analysis.stats); the verdict of a group in
+    `still_improving` (or against such a baseline) adds attnlab.analysis.budget's note.
+    ValueError when a paired test meets groups of different seeds."""
     from attnlab.analysis import stats
+    from attnlab.analysis.budget import NOTE
 
     test = "paired t" if paired else "Welch"
     names = short_names(keys)
@@ -178,13 +193,15 @@ def statistics_table(
     for g, s, d in zip(groups, summaries, diffs, strict=True):
         row = [fmt_value(g.values[k]) for k in keys] or ["all runs"]
         row += [str(s.n), fmt_number(s.mean), fmt_number(s.std), _interval(s.ci)]
+        late = any(x is g for x in still_improving)
         if g is baseline:
-            row += ["baseline", "", "", "", "", ""]
+            row += ["baseline", "", "", "", "", NOTE if late else ""]
         elif d is None:
             row += ["", "", "", "", "", "too few runs to test (n < 2)"]
         else:
             row += [fmt_number(d.diff), _interval(d.ci), stats.fmt_p(d.p), stats.fmt_p(d.p_holm)]
-            row += [fmt_number(d.mdd), d.verdict()]
+            late = late or any(x is baseline for x in still_improving)
+            row += [fmt_number(d.mdd), d.verdict() + (f"; {NOTE}" if late else "")]
         rows.append(row)
     return rows
 

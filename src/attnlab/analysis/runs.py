@@ -10,8 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.analysis.budget import LATE_GAIN, run_late_gain
 from attnlab.runs.dotted import flatten
 from attnlab.runs.status import Status, status_counts
+
+# Numbers of results.json besides "metrics" that are read as metrics of the run.
+RECORD_NUMBERS = ("nll_init", "peak_lr")
 
 
 @dataclass
@@ -79,6 +83,12 @@ def load_run(path: Path) -> Run:
     config = flatten(config)
     extrapolation = _extrapolation(data.get("extrapolation"))
     wall = data.get("wall_time_s")
+    for key in RECORD_NUMBERS:  # e.g. nll_init: the loss at initialization (LR sensitivity's cap)
+        if isinstance(data.get(key), int | float) and not isinstance(data.get(key), bool):
+            numbers[key] = float(data[key])
+    gain = run_late_gain(path.parent)
+    if gain is not None:
+        numbers[LATE_GAIN] = gain
     return Run(
         path=path,
         status=str(data.get("status") or Status.UNKNOWN),

@@ -188,33 +188,67 @@ def with_holm(differences: Sequence[Difference | None]) -> list[Difference | Non
 
 @dataclass(frozen=True)
 class Plan:
-    """Seeds per arm to detect `delta` with `power`, from a pilot's pooled std."""
+    """Seeds per arm to detect `delta` with `power` at two-sided `alpha` (Holm's first step:
+    ALPHA / comparisons), from a pilot's pooled std and from the upper 80% confidence bound
+    of that std (a pilot of few seeds underestimates the spread as often as not)."""
 
     delta: float
     pooled_std: float
     pilot_n: int
     seeds_per_arm: int
     power: float
+    comparisons: int = 1
+    alpha: float = ALPHA
+    pooled_df: int = 0
+    std_upper: float | None = None
+    seeds_per_arm_upper: int | None = None
+
+
+def _seeds_for(delta: float, std: float, alpha: float, power: float, max_n: int) -> int:
+    if std == 0:
+        return 2
+    n = 2
+    while n < max_n and _power(delta, std * math.sqrt(2 / n), 2 * n - 2, alpha) < power:
+        n += 1
+    return n
+
+
+def std_upper_bound(std: float, df: int, confidence: float = 0.8) -> float | None:
+    """The one-sided upper `confidence` bound of a standard deviation estimated with `df`
+    degrees of freedom: std * sqrt(df / chi2.ppf(1 - confidence, df))."""
+    from scipy import stats
+
+    if df < 1 or std == 0:
+        return None
+    return float(std * math.sqrt(df / stats.chi2.ppf(1 - confidence, df)))
 
 
 def seeds_needed(
-    groups: Sequence[Sequence[float]], delta: float, power: float = POWER, max_n: int = 10_000
+    groups: Sequence[Sequence[float]],
+    delta: float,
+    power: float = POWER,
+    max_n: int = 10_000,
+    comparisons: int = 1,
 ) -> Plan:
     """The smallest n per arm at which a two-sided Welch test between two arms with the pilot's
     pooled std (the root of the mean within-group variance) detects `delta` with `power`,
-    equal n per arm (df = 2n - 2)."""
+    equal n per arm (df = 2n - 2), at alpha = ALPHA / comparisons: the threshold Holm's
+    correction applies to the smallest p of `comparisons` arms tested against a baseline (the
+    planner must count the comparisons the report will correct for). Also the n at the upper
+    80% bound of the pooled std."""
     if not delta > 0:
         raise ValueError(f"--plan {delta} is not valid; expected a difference > 0")
     samples = [_finite(g) for g in groups]
     samples = [s for s in samples if len(s) >= 2]
     if not samples:
         raise ValueError("the pilot needs at least one group with 2 or more completed runs")
+    comparisons = max(int(comparisons), 1)
+    alpha = ALPHA / comparisons
     pooled = math.sqrt(math.fsum(statistics.variance(s) for s in samples) / len(samples))
+    df = sum(len(s) - 1 for s in samples)
     pilot_n = min(len(s) for s in samples)
-    if pooled == 0:
-        return Plan(delta, 0.0, pilot_n, 2, 1.0)
-    n = 2
-    while n < max_n and _power(delta, pooled * math.sqrt(2 / n), 2 * n - 2) < power:
-        n += 1
-    achieved = _power(delta, pooled * math.sqrt(2 / n), 2 * n - 2)
-    return Plan(delta, pooled, pilot_n, n, achieved)
+    n = _seeds_for(delta, pooled, alpha, power, max_n)
+    achieved = 1.0 if pooled == 0 else _power(delta, pooled * math.sqrt(2 / n), 2 * n - 2, alpha)
+    upper = std_upper_bound(pooled, df)
+    n_upper = _seeds_for(delta, upper, alpha, power, max_n) if upper is not None else None
+    return Plan(delta, pooled, pilot_n, n, achieved, comparisons, alpha, df, upper, n_upper)

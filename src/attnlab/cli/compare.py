@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab import programs
-from attnlab.analysis import report
+from attnlab.analysis import budget, lr_sweep, report, sweep_file
 from attnlab.analysis.groups import (
     DEFAULT_IGNORE,
     choose_metrics,
@@ -115,7 +116,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the statistics and per-length tables as markdown, each under a "
         "'<!-- table: KEY -->' line (what docs/REPRODUCTION.md embeds); writes nothing",
     )
-    p.add_argument("--out", help="output directory (default: the first PATH, if a directory)")
+    p.add_argument(
+        "--x",
+        "--lr-key",
+        dest="x",
+        metavar="KEY",
+        help="a numeric swept key to read as a learning-rate sweep's axis (default: "
+        "scheduler.peak_lr when it is swept): per arm the metric against KEY, the best value, "
+        "the LR sensitivity, and the arms compared at their own best",
+    )
+    p.add_argument(
+        "--cap",
+        type=float,
+        help="learning-rate sweep: the value a run that diverged or failed counts as, and beyond "
+        "which a value is capped (default for an nll: each run's loss at initialization)",
+    )
+    p.add_argument(
+        "--select-seeds",
+        metavar="SEEDS",
+        help="learning-rate sweep: choose each arm's best rate on these seeds (e.g. 1,2,3) and "
+        "compare the arms there on the other seeds",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="print every metric's table on the console (by default the headline's only; the "
+        "files always hold all)",
+    )
+    p.add_argument(
+        "--out",
+        help="output directory (default: the sweep's folder: the PATHs' common folder, above "
+        "any trial's)",
+    )
     return p
 
 
@@ -132,26 +164,40 @@ def main(argv: list[str] | None = None) -> int:
     try:
         c = compare(args)
         if args.plan is not None:
-            print(plan_text(c.groups, c.headline, args.plan))
+            print(plan_text(c.plan_groups, c.headline, args.plan))
             return 0
         if args.markdown:
             for key, table in markdown_tables(c).items():
                 print(f"<!-- table: {key} -->\n{table}\n")
             return 0
+        out = _out_dir(args)
     except CompareError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return err.code
-    out = _out_dir(args)
     table = report.comparison_table(c.groups, c.keys, c.headline, c.tests)
     mixed = sources(c.runs)
     if len(mixed) > 1:
         print(f"note: these runs come from {len(mixed)} multiruns or sweeps: " + "; ".join(mixed))
     print(c.title)
-    print(text_table(table))
+    shown = table if args.all else report.comparison_table(c.groups, c.keys, c.headline, [])
+    if c.lr is None or args.all:
+        print(text_table(shown))
+    if c.lr is not None:
+        print()
+        print(c.lr.text())
     for metric, rows in c.statistics.items():
+        if c.lr is not None and not args.all:
+            break  # the arms at their best rate (above) replace the per-group tables
+        if metric != c.headline and not args.all:
+            continue
         print()
         print(statistics_title(metric, c, args.paired))
         print(text_table(rows))
+    for line in c.budget_notes():
+        print(line)
+    hidden = [m for m in c.statistics if m != c.headline]
+    if hidden and not args.all:
+        print(f"\n({len(hidden)} more metrics' tables in comparison.md; --all prints them)")
     for path, err in c.unreadable:
         print(f"could not read {path}: {err}")
     written = write_report(out, table, c, args)
@@ -161,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
 
 @dataclass
 class Comparison:
-    """Runs grouped, metrics chosen, the baseline found and each metric's statistics table."""
+    """Runs grouped, metrics chosen, the baseline found and each metric's statistics table;
+    for a learning-rate sweep, the LR study (its arms, and their groups at the best rate)."""
 
     runs: list[Run]
     unreadable: list[tuple[Path, str]]
@@ -171,6 +218,8 @@ class Comparison:
     tests: list[str]
     baseline: object
     statistics: dict[str, list[list[str]]]
+    still_improving: list = field(default_factory=list)
+    lr: LRStudy | None = None
 
     @property
     def title(self) -> str:
@@ -181,26 +230,152 @@ class Comparison:
             + "; seeds aggregated over completed runs"
         )
 
+    @property
+    def plan_groups(self) -> list:
+        """The arms the planner sizes: the groups, or a sweep's arms at their best rate."""
+        return self.lr.best_groups if self.lr is not None else self.groups
+
+    def budget_notes(self) -> list[str]:
+        names = short_names(self.lr.arm_keys if self.lr else self.keys)
+        lines = []
+        for g in self.still_improving:
+            gain, spread = budget.still_improving(g.completed())
+            lines.append(
+                f"budget: {group_label(g, names)}: {budget.MONITORED} still fell by "
+                f"{gain:.3g} over the last 10% of the steps, more than its seeds' spread "
+                f"({spread:.3g}): {budget.NOTE}"
+            )
+        return lines
+
+
+@dataclass
+class LRStudy:
+    """A learning-rate sweep (attnlab.analysis.lr_sweep) as attnlab-compare shows it."""
+
+    x_key: str
+    arm_keys: list[str]
+    metric: str
+    arms: list
+    best_groups: list
+    baseline: object
+    statistics: list[list[str]]
+    select_seeds: list | None
+    cap: float | None
+
+    def tables(self) -> dict[str, list[list[str]]]:
+        return {
+            "lr curve": lr_sweep.curve_table(self.arms, self.x_key, [*self.arm_keys, self.x_key]),
+            "lr summary": lr_sweep.summary_table(
+                self.arms, [*self.arm_keys, self.x_key], self.x_key, self.metric, self.select_seeds
+            ),
+            "lr best": self.statistics,
+        }
+
+    def headings(self) -> dict[str, str]:
+        cap = f"--cap {self.cap:g}" if self.cap is not None else "each run's loss at initialization"
+        where = (
+            "each arm's best rate chosen on seeds "
+            + ",".join(map(str, self.select_seeds))
+            + ", the arms compared on the other seeds"
+            if self.select_seeds
+            else "warning: each arm's best rate was chosen on the same seeds it is compared "
+            "on, which flatters every arm (--select-seeds 1,2,3 chooses on those, compares on "
+            "the others)"
+        )
+        return {
+            "lr curve": f"{self.metric} by {self.x_key} (mean ± std over seeds; a run that "
+            f"diverged or failed counts at the cap: {cap})",
+            "lr summary": f"per arm: the best {self.x_key}, {self.metric} there, and the LR "
+            "sensitivity (Wortsman et al., 2023: mean excess over the best across the grid, "
+            "capped; 95% percentile bootstrap over seeds)",
+            "lr best": f"the arms at their own best {self.x_key} ({where})",
+        }
+
+    def text(self) -> str:
+        parts = [
+            f"learning-rate sweep: {self.metric} against {self.x_key}, arms by "
+            + (", ".join(self.arm_keys) or "nothing else")
+        ]
+        headings = self.headings()
+        for key, rows in self.tables().items():
+            parts += ["", headings[key] + ":", text_table(rows)]
+        return "\n".join(parts)
+
 
 def compare(args: argparse.Namespace) -> Comparison:
     """Read, group and test; CompareError (one line) on bad input."""
     runs, unreadable = read_runs(args.paths)
-    headline, tests = _choose_metrics(runs, args.metric)
+    spec = sweep_file.find_spec(args.paths)
+    requested = args.metric
+    if requested is None and sweep_file.spec_metric(spec) in {m for r in runs for m in r.metrics}:
+        requested = sweep_file.spec_metric(spec)
+    headline, tests = _choose_metrics(runs, requested)
     if args.columns:
         available = sorted({m for r in runs for m in r.metrics} - {headline})
         tests = [m for m in available if any(fnmatch.fnmatchcase(m, p) for p in args.columns)]
     keys = args.group_by or differing_keys(runs, [*DEFAULT_IGNORE, *args.ignore])
     groups = group_runs(runs, keys)
     try:
-        baseline = report.find_baseline(groups, keys, args.baseline)
+        x_key = lr_sweep.choose_x_key(runs, keys, args.x)
+        arm_keys = [k for k in keys if k != x_key] if x_key else keys
+        from_file = sweep_file.spec_baseline(spec, arm_keys)
+        lr = _lr_study(args, groups, keys, x_key, headline, from_file) if x_key else None
+        # a sweep's per-rate groups (in the files only) are tested against the first one
+        baseline = groups[0] if lr and groups else _baseline(groups, keys, args.baseline, from_file)
+        late = [g for g in (lr.best_groups if lr else groups) if _late(g)]
         statistics = {
-            m: report.statistics_table(groups, keys, m, baseline, args.paired)
+            m: report.statistics_table(groups, keys, m, baseline, args.paired, late)
             for m in [headline, *tests]
             if m
         }
     except ValueError as err:
         raise CompareError(str(err)) from None
-    return Comparison(runs, unreadable, keys, groups, headline, tests, baseline, statistics)
+    return Comparison(
+        runs, unreadable, keys, groups, headline, tests, baseline, statistics, late, lr
+    )
+
+
+def _late(group) -> bool:
+    return budget.still_improving(group.completed()) is not None
+
+
+def _baseline(groups, keys, given: list[str], from_file: list[str]):
+    """The group of --baseline (`given`: its errors are the user's), else the sweep file's
+    (its first values, or its `baseline:`), else the first group; a sweep file's baseline that
+    matches no single group (the runs are a subset of the sweep) falls back to the first."""
+    if given:
+        return report.find_baseline(groups, keys, given)
+    try:
+        return report.find_baseline(groups, keys, from_file)
+    except ValueError:
+        return report.find_baseline(groups, keys, [])
+
+
+def _lr_study(args, groups, keys, x_key, metric, from_file) -> LRStudy:
+    if metric is None:
+        raise ValueError("a learning-rate sweep needs a metric (--metric); none in these runs")
+    seeds = _seed_list(args.select_seeds)
+    arms = lr_sweep.arms(groups, keys, x_key, metric, args.cap)
+    arm_keys = [k for k in keys if k != x_key]
+    best = lr_sweep.best_rate_groups(arms, lr_sweep.higher_is_better(metric), seeds)
+    baseline = _baseline(best, arm_keys, args.baseline, from_file)
+    late = [g for g in best if _late(g)]
+    table = report.statistics_table(best, arm_keys, metric, baseline, args.paired, late)
+    return LRStudy(x_key, arm_keys, metric, arms, best, baseline, table, seeds, args.cap)
+
+
+def _seed_list(text: str | None) -> list | None:
+    if text is None:
+        return None
+    import yaml
+
+    try:
+        seeds = [yaml.safe_load(s) for s in text.split(",") if s.strip()]
+    except yaml.YAMLError:
+        seeds = []
+    if not seeds:
+        raise ValueError(f"--select-seeds {text!r} is not valid; expected seeds such as 1,2,3")
+    return seeds
 
 
 def sources(runs: list[Run]) -> list[str]:
@@ -220,6 +395,8 @@ def markdown_tables(c: Comparison) -> dict[str, str]:
     from attnlab.analysis.extrapolation import extrapolation_table, length_metrics
 
     tables = {f"statistics {m}": markdown_table(rows) for m, rows in c.statistics.items()}
+    if c.lr is not None:
+        tables |= {f"{k} {c.lr.metric}": markdown_table(t) for k, t in c.lr.tables().items()}
     names = short_names(c.keys)
     for metric in length_metrics(c.runs):
         tables[f"lengths {metric}"] = markdown_table(extrapolation_table(c.groups, names, metric))
@@ -237,38 +414,52 @@ def statistics_title(metric: str, c: Comparison, paired: bool) -> str:
 
 
 def plan_text(groups, metric: str | None, delta: float) -> str:
-    """The planner's answer: seeds per arm for `delta` at 80% power, runs and compute."""
+    """The planner's answer: seeds per arm for `delta` at 80% power, with alpha divided by the
+    comparisons the report will correct for (Holm, every arm against a baseline), at the pilot's
+    spread and at its upper 80% bound; runs and compute."""
     from attnlab.analysis import stats
 
     if metric is None:
         raise CompareError("--plan needs --metric (no metric in these runs)")
     samples = [[r.metrics[metric] for r in g.completed() if metric in r.metrics] for g in groups]
+    arms = len(groups)
+    comparisons = max(arms - 1, 1)
     try:
-        plan = stats.seeds_needed(samples, delta)
+        plan = stats.seeds_needed(samples, delta, comparisons=comparisons)
     except ValueError as err:
         raise CompareError(str(err)) from None
-    arms, done = len(groups), sum(len(s) for s in samples)
-    runs = plan.seeds_per_arm * arms
+    done = sum(len(s) for s in samples)
     times = [r.wall_time_s for g in groups for r in g.completed() if r.wall_time_s]
+    per_run = sum(times) / len(times) if times else None
     lines = [
         f"planner: {metric} from a pilot of {arms} arms, {done} completed runs "
-        f"(at least {plan.pilot_n} per arm), pooled std {plan.pooled_std:.4g}",
-        f"to detect a difference of {delta:g} with 80% power (two-sided Welch, alpha 0.05): "
-        f"{plan.seeds_per_arm} seeds per arm (power {plan.power:.2f})",
+        f"(at least {plan.pilot_n} per arm), pooled std {plan.pooled_std:.4g} "
+        f"({plan.pooled_df} degrees of freedom)",
+        f"to detect a difference of {delta:g} with 80% power (two-sided Welch) in each of "
+        f"{comparisons} comparison{'s' * (comparisons != 1)} against a baseline, Holm-corrected "
+        f"(alpha {stats.ALPHA:g} / {comparisons} = {plan.alpha:.3g} for the smallest p):",
+        f"  at the pilot's spread: {plan.seeds_per_arm} seeds per arm (power {plan.power:.2f}); "
+        + _compute(plan.seeds_per_arm * arms, done, per_run),
     ]
-    if times:
-        per_run = sum(times) / len(times)
-        total = per_run * runs
+    if plan.std_upper is not None:
         lines.append(
-            f"compute: {runs} runs ({max(runs - done, 0)} more than the pilot) x "
-            f"{per_run / 60:.1f} min per run (the pilot's mean) = {total / 3600:.2f} h of run time"
+            f"  at the upper 80% bound of that spread (std {plan.std_upper:.4g}): "
+            f"{plan.seeds_per_arm_upper} seeds per arm; "
+            + _compute(plan.seeds_per_arm_upper * arms, done, per_run)
         )
-    else:
-        lines.append(f"compute: {runs} runs ({max(runs - done, 0)} more than the pilot); "
-                     "no run time recorded in the pilot")  # fmt: skip
     if plan.seeds_per_arm <= plan.pilot_n:
         lines.append("the pilot already has enough seeds per arm")
     return "\n".join(lines)
+
+
+def _compute(runs: int, done: int, per_run: float | None) -> str:
+    more = f"{runs} runs ({max(runs - done, 0)} more than the pilot)"
+    if per_run is None:
+        return more + "; no run time recorded in the pilot"
+    return (
+        f"{more} x {per_run / 60:.1f} min per run (the pilot's mean) = "
+        f"{per_run * runs / 3600:.2f} h of run time"
+    )
 
 
 def read_runs(paths: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
@@ -308,8 +499,16 @@ def _choose_metrics(runs: list[Run], requested: str | None) -> tuple[str | None,
 
 
 def _out_dir(args: argparse.Namespace) -> Path:
-    first = Path(args.paths[0])
-    out = Path(args.out) if args.out else (first if first.is_dir() else Path.cwd())
+    """--out, else the folder the PATHs share, raised above any trial's folder (one holding a
+    results.json), so a comparison of a subset of a sweep's trials never writes into a trial;
+    the current folder for runs tables (.csv)."""
+    if args.out:
+        out = Path(args.out)
+    else:
+        folders = [Path(p).resolve() for p in args.paths if Path(p).is_dir()]
+        out = Path(os.path.commonpath(folders)) if folders else Path.cwd()
+        while (out / "results.json").exists() and out.parent != out:
+            out = out.parent
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -323,8 +522,12 @@ def write_report(out: Path, table, c: Comparison, args) -> list[Path]:
     written = [out / "comparison.md", out / "comparison.csv", out / "runs.csv"]
     report.write_csv(out / "comparison.csv", groups, keys, headline, tests, c.baseline, args.paired)
     write_runs_csv(out / "runs.csv", groups, keys)
+    lr_sections = _lr_files(out, c, written) if c.lr is not None else []
     curves = out / f"{args.curve_metric.replace('/', '_')}_curves.png"
-    has_curve = plot_curves(groups, names, args.curve_metric, curves)
+    # a learning-rate sweep's curves: each arm at its best rate (every rate would be a tangle)
+    curve_groups = c.lr.best_groups if c.lr is not None else groups
+    curve_names = short_names(c.lr.arm_keys) if c.lr is not None else names
+    has_curve = plot_curves(curve_groups, curve_names, args.curve_metric, curves)
     if has_curve:
         written.append(curves)
     else:
@@ -340,11 +543,28 @@ def write_report(out: Path, table, c: Comparison, args) -> list[Path]:
     runs = report.run_rows(groups, names, headline, out)
     images = [p for p in written if p.suffix == ".png"]
     statistics = [(statistics_title(m, c, args.paired), rows) for m, rows in c.statistics.items()]
+    statistics = lr_sections + statistics
     report.write_markdown(
         out / "comparison.md", c.title, table, runs, c.unreadable, images, extra_tables,
         statistics,
     )  # fmt: skip
     return written
+
+
+def _lr_files(out: Path, c: Comparison, written: list[Path]) -> list[tuple[str, list]]:
+    """A learning-rate sweep's plot (lr_<metric>.png) and summary table (lr_sweep.csv), appended
+    to `written`; its (heading, table) sections for comparison.md."""
+    import csv
+
+    lr = c.lr
+    plot = out / f"lr_{lr.metric.replace('/', '_')}.png"
+    if lr_sweep.plot(lr.arms, [*lr.arm_keys, lr.x_key], lr.x_key, lr.metric, plot):
+        written.append(plot)
+    tables, headings = lr.tables(), lr.headings()
+    with open(out / "lr_sweep.csv", "w", newline="") as f:
+        csv.writer(f).writerows(tables["lr summary"])
+    written.append(out / "lr_sweep.csv")
+    return [(headings[k], rows) for k, rows in tables.items()]
 
 
 def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[list[str]]]:
