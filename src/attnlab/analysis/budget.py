@@ -15,6 +15,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from attnlab.analysis.curves import read_curve
+
 MONITORED = "val/nll"
 LATE_GAIN = "budget/val_nll_late_gain"  # stored with the run's metrics (and in runs.csv)
 LATE_FRACTION = 0.1
@@ -35,8 +37,6 @@ def late_gain(steps: Sequence[int], values: Sequence[float], fraction: float = L
 
 def run_late_gain(run_dir: Path) -> float | None:
     """late_gain of val/nll in the run's metrics.csv (None without one)."""
-    from attnlab.analysis.plots import read_curve
-
     steps, values = read_curve(run_dir / "metrics.csv", MONITORED)
     return late_gain(steps, values)
 

@@ -3,33 +3,15 @@ seeds, +-1 std band; runs that did not complete dotted) and a final metric per g
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from attnlab.analysis.curves import read_curve
 from attnlab.analysis.groups import group_label, group_metric
 from attnlab.analysis.runs import Group, Run
 from attnlab.analysis.tables import fmt_value
 from attnlab.runs.status import Status
-
-
-def read_curve(metrics_csv: Path, metric: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of one metric from a Lightning CSVLogger file (sparse rows skipped)."""
-    points: dict[int, float] = {}
-    try:
-        with open(metrics_csv, newline="") as f:
-            for row in csv.DictReader(f):
-                step, value = row.get("step"), row.get(metric)
-                if step not in (None, "") and value not in (None, ""):
-                    try:
-                        points[int(float(step))] = float(value)
-                    except ValueError:
-                        continue
-    except OSError:
-        return [], []
-    steps = sorted(points)
-    return steps, [points[s] for s in steps]
 
 
 def _pyplot():

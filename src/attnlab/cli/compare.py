@@ -17,7 +17,8 @@ length with one line per group (mean +- std over seeds, the training lengths sha
 of the first of exact_match / perplexity per length.
 
 Statistics (attnlab.analysis.stats): per group and metric the mean, std, n and 95% interval;
-against a baseline group (--baseline KEY=VALUE, default the first group) the difference with its
+against a baseline group (--baseline KEY=VALUE; default the sweep file's baseline or first
+values, else the first group) the difference with its
 95% interval, Welch's t-test p (--paired: the paired t-test over seeds, for arms that share seeds
 and data order), Holm's correction across the arms of one table, the minimum detectable
 difference at 80% power, and a verdict whose wording the tool decides: "higher (p=0.01)",
@@ -27,12 +28,22 @@ difference at 80% power, and a verdict whose wording the tool decides: "higher (
     attnlab-compare outputs/repro/heads --metric test/bleu --plan 0.9     # the sweep planner
     attnlab-compare docs/results/heads.csv --metric test/bleu             # from a runs table
 
---plan DELTA prints the seeds per arm a sweep needs to detect DELTA on --metric with 80% power,
-from the pilot's pooled spread, and the compute that costs (the pilot's mean run time times the
-runs). Per-length values are metrics too: length/<L>/<metric>, e.g.
+--plan DELTA prints the seeds per arm a sweep needs to detect DELTA on --metric with 80% power
+against a baseline, Holm-corrected over the arms, from the pilot's pooled spread and from its
+upper 80% bound, and the compute that costs (the pilot's mean run time times the runs). An arm
+whose val/nll still fell by more than its seeds' spread over the last 10% of its steps is
+flagged in the verdict (attnlab.analysis.budget). Per-length values are metrics too: length/<L>/<metric>, e.g.
 --metric length/16/greedy_exact_match. runs.csv (one row per run: the grouping keys, seed,
 status, wall time, every metric) is written beside comparison.csv, and a PATH ending in .csv is
 read back as such a table, so a report's tables can be regenerated without the run folders.
+
+A learning-rate sweep (scheduler.peak_lr swept, or any numeric swept key given with --x) is read
+as Wortsman et al. (2023) read one (attnlab.analysis.lr_sweep): per arm (the other swept keys)
+the metric against the rate, the best rate, the LR sensitivity with a bootstrap interval, and
+the arms compared at their own best rate (--select-seeds: chosen on some seeds, compared on the
+others); lr_<metric>.png and lr_sweep.csv. The console shows the headline's tables; --all
+prints every metric's (the files always hold them all). The report goes to --out, else the
+folder the PATHs share (never a trial's own folder).
 """
 
 from __future__ import annotations
@@ -54,7 +65,10 @@ from attnlab.analysis.groups import (
     group_runs,
     short_names,
 )
-from attnlab.analysis.run_table import read_runs_csv, write_runs_csv
+from attnlab.analysis.lr_report import LRStudy
+from attnlab.analysis.planner import plan_text
+from attnlab.analysis.report_files import statistics_title, write_report
+from attnlab.analysis.run_table import read_runs_csv
 from attnlab.analysis.runs import Run, find_results, load_run, trials_without_results
 from attnlab.analysis.tables import markdown_table, text_table
 
@@ -69,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH", help="run, sweep or multirun directories")
     p.add_argument(
         "--metric",
-        help="headline metric (default: val/nll_best, else val/nll, val/loss_best, val/loss, "
-        "then test metrics)",
+        help="headline metric (default: the sweep file's metric, else val/nll_best, val/nll, "
+        "val/loss_best, val/loss, then test metrics)",
     )
     p.add_argument("--curve-metric", default="val/nll", help="metric of the curve plot")
     p.add_argument(
@@ -90,13 +104,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the test/* and eval/* metrics matching this glob (repeatable), "
         "e.g. 'eval/*/bleu'",
     )
+    _add_statistics_arguments(p)
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the statistics and per-length tables as markdown, each under a "
+        "'<!-- table: KEY -->' line (what docs/REPRODUCTION.md embeds); writes nothing",
+    )
+    _add_lr_arguments(p)
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="print every metric's table on the console (by default the headline's only; the "
+        "files always hold all)",
+    )
+    p.add_argument(
+        "--out",
+        help="output directory (default: the sweep's folder: the PATHs' common folder, above "
+        "any trial's)",
+    )
+    return p
+
+
+def _add_statistics_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of the statistics (attnlab.analysis.stats) and the planner."""
     p.add_argument(
         "--baseline",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="the group the others are tested against (repeatable for several keys), e.g. "
-        "model.n_heads=8 or n_heads=8 (default: the first group)",
+        "model.n_heads=8 or n_heads=8 (default: the sweep file's `baseline:`, else the first "
+        "value of each swept parameter, else the first group)",
     )
     p.add_argument(
         "--paired",
@@ -110,12 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the seeds per arm needed to detect a difference DELTA in --metric with 80%% "
         "power from these runs' spread, and its compute; writes nothing",
     )
-    p.add_argument(
-        "--markdown",
-        action="store_true",
-        help="print the statistics and per-length tables as markdown, each under a "
-        "'<!-- table: KEY -->' line (what docs/REPRODUCTION.md embeds); writes nothing",
-    )
+
+
+def _add_lr_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a learning-rate sweep (attnlab.analysis.lr_sweep)."""
     p.add_argument(
         "--x",
         "--lr-key",
@@ -137,18 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="learning-rate sweep: choose each arm's best rate on these seeds (e.g. 1,2,3) and "
         "compare the arms there on the other seeds",
     )
-    p.add_argument(
-        "--all",
-        action="store_true",
-        help="print every metric's table on the console (by default the headline's only; the "
-        "files always hold all)",
-    )
-    p.add_argument(
-        "--out",
-        help="output directory (default: the sweep's folder: the PATHs' common folder, above "
-        "any trial's)",
-    )
-    return p
 
 
 class CompareError(Exception):
@@ -164,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         c = compare(args)
         if args.plan is not None:
-            print(plan_text(c.plan_groups, c.headline, args.plan))
+            try:
+                print(plan_text(c.plan_groups, c.headline, args.plan))
+            except ValueError as err:
+                raise CompareError(str(err)) from None
             return 0
         if args.markdown:
             for key, table in markdown_tables(c).items():
@@ -246,60 +274,6 @@ class Comparison:
                 f"({spread:.3g}): {budget.NOTE}"
             )
         return lines
-
-
-@dataclass
-class LRStudy:
-    """A learning-rate sweep (attnlab.analysis.lr_sweep) as attnlab-compare shows it."""
-
-    x_key: str
-    arm_keys: list[str]
-    metric: str
-    arms: list
-    best_groups: list
-    baseline: object
-    statistics: list[list[str]]
-    select_seeds: list | None
-    cap: float | None
-
-    def tables(self) -> dict[str, list[list[str]]]:
-        return {
-            "lr curve": lr_sweep.curve_table(self.arms, self.x_key, [*self.arm_keys, self.x_key]),
-            "lr summary": lr_sweep.summary_table(
-                self.arms, [*self.arm_keys, self.x_key], self.x_key, self.metric, self.select_seeds
-            ),
-            "lr best": self.statistics,
-        }
-
-    def headings(self) -> dict[str, str]:
-        cap = f"--cap {self.cap:g}" if self.cap is not None else "each run's loss at initialization"
-        where = (
-            "each arm's best rate chosen on seeds "
-            + ",".join(map(str, self.select_seeds))
-            + ", the arms compared on the other seeds"
-            if self.select_seeds
-            else "warning: each arm's best rate was chosen on the same seeds it is compared "
-            "on, which flatters every arm (--select-seeds 1,2,3 chooses on those, compares on "
-            "the others)"
-        )
-        return {
-            "lr curve": f"{self.metric} by {self.x_key} (mean ± std over seeds; a run that "
-            f"diverged or failed counts at the cap: {cap})",
-            "lr summary": f"per arm: the best {self.x_key}, {self.metric} there, and the LR "
-            "sensitivity (Wortsman et al., 2023: mean excess over the best across the grid, "
-            "capped; 95% percentile bootstrap over seeds)",
-            "lr best": f"the arms at their own best {self.x_key} ({where})",
-        }
-
-    def text(self) -> str:
-        parts = [
-            f"learning-rate sweep: {self.metric} against {self.x_key}, arms by "
-            + (", ".join(self.arm_keys) or "nothing else")
-        ]
-        headings = self.headings()
-        for key, rows in self.tables().items():
-            parts += ["", headings[key] + ":", text_table(rows)]
-        return "\n".join(parts)
 
 
 def compare(args: argparse.Namespace) -> Comparison:
@@ -403,65 +377,6 @@ def markdown_tables(c: Comparison) -> dict[str, str]:
     return tables
 
 
-def statistics_title(metric: str, c: Comparison, paired: bool) -> str:
-    arms = len(c.groups) - 1
-    test = "paired t-test over seeds" if paired else "Welch's t-test"
-    label = group_label(c.baseline, short_names(c.keys))
-    return (
-        f"{metric}: mean, 95% CI; against {label}: difference, {test}, Holm's correction "
-        f"across {arms} arm{'s' * (arms != 1)}, minimum detectable difference at 80% power"
-    )
-
-
-def plan_text(groups, metric: str | None, delta: float) -> str:
-    """The planner's answer: seeds per arm for `delta` at 80% power, with alpha divided by the
-    comparisons the report will correct for (Holm, every arm against a baseline), at the pilot's
-    spread and at its upper 80% bound; runs and compute."""
-    from attnlab.analysis import stats
-
-    if metric is None:
-        raise CompareError("--plan needs --metric (no metric in these runs)")
-    samples = [[r.metrics[metric] for r in g.completed() if metric in r.metrics] for g in groups]
-    arms = len(groups)
-    comparisons = max(arms - 1, 1)
-    try:
-        plan = stats.seeds_needed(samples, delta, comparisons=comparisons)
-    except ValueError as err:
-        raise CompareError(str(err)) from None
-    done = sum(len(s) for s in samples)
-    times = [r.wall_time_s for g in groups for r in g.completed() if r.wall_time_s]
-    per_run = sum(times) / len(times) if times else None
-    lines = [
-        f"planner: {metric} from a pilot of {arms} arms, {done} completed runs "
-        f"(at least {plan.pilot_n} per arm), pooled std {plan.pooled_std:.4g} "
-        f"({plan.pooled_df} degrees of freedom)",
-        f"to detect a difference of {delta:g} with 80% power (two-sided Welch) in each of "
-        f"{comparisons} comparison{'s' * (comparisons != 1)} against a baseline, Holm-corrected "
-        f"(alpha {stats.ALPHA:g} / {comparisons} = {plan.alpha:.3g} for the smallest p):",
-        f"  at the pilot's spread: {plan.seeds_per_arm} seeds per arm (power {plan.power:.2f}); "
-        + _compute(plan.seeds_per_arm * arms, done, per_run),
-    ]
-    if plan.std_upper is not None:
-        lines.append(
-            f"  at the upper 80% bound of that spread (std {plan.std_upper:.4g}): "
-            f"{plan.seeds_per_arm_upper} seeds per arm; "
-            + _compute(plan.seeds_per_arm_upper * arms, done, per_run)
-        )
-    if plan.seeds_per_arm <= plan.pilot_n:
-        lines.append("the pilot already has enough seeds per arm")
-    return "\n".join(lines)
-
-
-def _compute(runs: int, done: int, per_run: float | None) -> str:
-    more = f"{runs} runs ({max(runs - done, 0)} more than the pilot)"
-    if per_run is None:
-        return more + "; no run time recorded in the pilot"
-    return (
-        f"{more} x {per_run / 60:.1f} min per run (the pilot's mean) = "
-        f"{per_run * runs / 3600:.2f} h of run time"
-    )
-
-
 def read_runs(paths: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
     """Every readable run below `paths` (sweep trials without results.json included; a PATH
     ending in .csv is a runs table), and the results.json files that could not be read, with
@@ -511,81 +426,6 @@ def _out_dir(args: argparse.Namespace) -> Path:
             out = out.parent
     out.mkdir(parents=True, exist_ok=True)
     return out
-
-
-def write_report(out: Path, table, c: Comparison, args) -> list[Path]:
-    """comparison.csv, runs.csv, the plots and comparison.md under `out`; the files written."""
-    from attnlab.analysis.plots import plot_curves, plot_final
-
-    groups, keys, headline, tests = c.groups, c.keys, c.headline, c.tests
-    names = short_names(keys)
-    written = [out / "comparison.md", out / "comparison.csv", out / "runs.csv"]
-    report.write_csv(out / "comparison.csv", groups, keys, headline, tests, c.baseline, args.paired)
-    write_runs_csv(out / "runs.csv", groups, keys)
-    lr_sections = _lr_files(out, c, written) if c.lr is not None else []
-    curves = out / f"{args.curve_metric.replace('/', '_')}_curves.png"
-    # a learning-rate sweep's curves: each arm at its best rate (every rate would be a tangle)
-    curve_groups = c.lr.best_groups if c.lr is not None else groups
-    curve_names = short_names(c.lr.arm_keys) if c.lr is not None else names
-    has_curve = plot_curves(curve_groups, curve_names, args.curve_metric, curves)
-    if has_curve:
-        written.append(curves)
-    else:
-        print(f"no {args.curve_metric} in any metrics.csv: plotting the test metrics instead")
-    # Without a validation curve, every test metric gets its own plot (a run that was never
-    # validated still has a picture).
-    for metric in dict.fromkeys([headline] + ([] if has_curve else tests)):
-        if metric:
-            final = out / f"{metric.replace('/', '_')}_by_group.png"
-            plot_final(groups, names, metric, final)
-            written.append(final)
-    extra_tables = _extrapolation(out, groups, names, written)
-    runs = report.run_rows(groups, names, headline, out)
-    images = [p for p in written if p.suffix == ".png"]
-    statistics = [(statistics_title(m, c, args.paired), rows) for m, rows in c.statistics.items()]
-    statistics = lr_sections + statistics
-    report.write_markdown(
-        out / "comparison.md", c.title, table, runs, c.unreadable, images, extra_tables,
-        statistics,
-    )  # fmt: skip
-    return written
-
-
-def _lr_files(out: Path, c: Comparison, written: list[Path]) -> list[tuple[str, list]]:
-    """A learning-rate sweep's plot (lr_<metric>.png) and summary table (lr_sweep.csv), appended
-    to `written`; its (heading, table) sections for comparison.md."""
-    import csv
-
-    lr = c.lr
-    plot = out / f"lr_{lr.metric.replace('/', '_')}.png"
-    if lr_sweep.plot(lr.arms, [*lr.arm_keys, lr.x_key], lr.x_key, lr.metric, plot):
-        written.append(plot)
-    tables, headings = lr.tables(), lr.headings()
-    with open(out / "lr_sweep.csv", "w", newline="") as f:
-        csv.writer(f).writerows(tables["lr summary"])
-    written.append(out / "lr_sweep.csv")
-    return [(headings[k], rows) for k, rows in tables.items()]
-
-
-def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[list[str]]]:
-    """extrapolation_<metric>.png per length metric (appended to `written`); a table per
-    length metric (exact_match or perplexity first), printed and returned for comparison.md."""
-    from attnlab.analysis.extrapolation import (
-        extrapolation_table,
-        length_metrics,
-        plot_extrapolation,
-    )
-
-    metrics = length_metrics([r for g in groups for r in g.runs])
-    for metric in metrics:
-        path = out / f"extrapolation_{metric}.png"
-        if plot_extrapolation(groups, names, metric, path):
-            written.append(path)
-    tables = [extrapolation_table(groups, names, metric) for metric in metrics]
-    for table in tables:
-        print()
-        print(text_table(table))
-    return tables
 
 
 if __name__ == "__main__":
