@@ -31,9 +31,9 @@ difference at 80% power, and a verdict whose wording the tool decides: "higher (
 --plan DELTA prints the seeds per arm a sweep needs to detect DELTA on --metric with 80% power
 against a baseline, Holm-corrected over the arms, from the pilot's pooled spread and from its
 upper 80% bound, and the compute that costs (the pilot's mean run time times the runs). An arm
-whose val/nll still fell by more than its seeds' spread over the last 10% of its steps is
-flagged in the verdict (attnlab.analysis.budget). Per-length values are metrics too: length/<L>/<metric>, e.g.
---metric length/16/greedy_exact_match. runs.csv (one row per run: the grouping keys, seed,
+whose val/nll still fell by more than its seeds' spread over the last 10% of its steps is flagged
+in the verdict (attnlab.analysis.budget). Per-length values are metrics too: length/<L>/<metric>,
+e.g. --metric length/16/greedy_exact_match. runs.csv (one row per run: the grouping keys, seed,
 status, wall time, every metric) is written beside comparison.csv, and a PATH ending in .csv is
 read back as such a table, so a report's tables can be regenerated without the run folders.
 
