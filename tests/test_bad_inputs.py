@@ -31,6 +31,25 @@ def parallel(tmp: Path, **broken: Path) -> list[str]:
     return ["data=parallel_text", *(f"data.{k}={v}" for k, v in files.items())]
 
 
+def _saved(path: Path, obj) -> Path:
+    import torch
+
+    torch.save(obj, path)
+    return path
+
+
+def _checkpoint(path: Path, **model) -> Path:
+    """A Lightning checkpoint of an attnlab model: the default run's model options, changed."""
+    from attnlab.config.preflight import compose_config
+    from attnlab.config.validate import transformer_config
+
+    cfg = compose_config(CONF_DIR, [f"model.{k}={v}" for k, v in model.items()])
+    options = transformer_config(cfg.model, vocab_size=20, pad_id=0).to_dict()
+    return _saved(
+        path, {"state_dict": {}, "global_step": 5, "hyper_parameters": {"model": options}}
+    )
+
+
 def gz(path: Path, text: str) -> Path:
     return write(path, gzip.compress(text.encode()))
 
@@ -58,6 +77,39 @@ CASES = [
         "model.max_len=4",
     ),
     ("resume_path", lambda t: [f"resume={t / 'nope.ckpt'}"], "resume="),
+    (
+        "resume_not_a_checkpoint",
+        lambda t: [f"resume={write(t / 'notes.ckpt', 'hello')}"],
+        "notes.ckpt is not a readable PyTorch checkpoint",
+    ),
+    (
+        "resume_pickled_code",
+        lambda t: [f"resume={_saved(t / 'code.ckpt', {'f': print})}"],
+        "code.ckpt holds Python objects beyond tensors",
+    ),
+    (
+        "resume_not_lightning",
+        lambda t: [f"resume={_saved(t / 'weights.ckpt', {'w': 1})}"],
+        "is not a Lightning training checkpoint",
+    ),
+    (
+        "resume_not_attnlab",
+        lambda t: [f"resume={_saved(t / 'other.ckpt', {'state_dict': {}, 'global_step': 3})}"],
+        "is not an attnlab checkpoint",
+    ),
+    (
+        "resume_other_architecture",
+        lambda t: [
+            f"resume={_checkpoint(t / 'deep.ckpt', n_encoder_layers=6, n_decoder_layers=6)}"
+        ],
+        "is a checkpoint of another architecture: model.n_encoder_layers=6 there, 2 here; "
+        "model.n_decoder_layers=6 there, 2 here",
+    ),
+    (
+        "resume_unquoted_equals",
+        lambda t: [f"resume={t / 'best-step=600.ckpt'}"],
+        "quote a value that holds '='",
+    ),
     ("keep_last", lambda t: ["checkpoint.keep_last=0"], "checkpoint.keep_last"),
     ("ckpt_steps", lambda t: ["checkpoint.every_n_steps=-5"], "checkpoint.every_n_steps"),
     (
@@ -144,3 +196,13 @@ def test_broken_data_leaves_an_existing_run_untouched(tmp_path):
     assert "Traceback" not in again.stderr
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_a_checkpoint_of_this_architecture_passes_the_resume_check(tmp_path):
+    """The check names what differs; a checkpoint of the same model (other dropout and all)
+    is not refused."""
+    from attnlab.config.preflight import compose_config
+    from attnlab.config.validate import validate_config
+
+    ckpt = _checkpoint(tmp_path / "same.ckpt", dropout=0.3)
+    validate_config(compose_config(CONF_DIR, [f"resume={ckpt}"]))

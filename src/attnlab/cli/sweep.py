@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {t.index:03d}  {t.name:<32}  {' '.join(shown)}")
         if trials:
             print(f"command of trial 000: {shlex.join(trials[0].command)}")
+    if not _trials_start(trials):
+        return 2
+    if args.dry_run:
+        print(f"every trial's config checked: {len(trials)} would start")
         return 0
 
     write_spec(out, config)
@@ -151,6 +155,21 @@ def main(argv: list[str] | None = None) -> int:
     return exit_code(
         [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
     )
+
+
+def _trials_start(trials) -> bool:
+    """attnlab-train's preflight on every trial (attnlab.sweeps.check); each problem printed in
+    one line. False when any trial would be refused: then none starts (exit 2)."""
+    from attnlab.config.location import conf_dir
+    from attnlab.sweeps.check import check_trials, problem_lines
+
+    problems = check_trials(trials, conf_dir())
+    for line in problem_lines(problems, len(trials)):
+        print(f"attnlab-sweep: error: {line}", file=sys.stderr)
+    if problems:
+        print("attnlab-sweep: no trial started (exit 2): fix the sweep file or the overrides",
+              file=sys.stderr)  # fmt: skip
+    return not problems
 
 
 def write_spec(out: Path, config: dict) -> None:

@@ -101,7 +101,11 @@ def describe(err: BaseException) -> str:
         if group and err.options:
             return f"{group}={choice!r} is not valid; expected one of: {', '.join(err.options)}"
     if isinstance(err, OverrideParseException):
-        return f"could not parse override {err.override!r}: {_first_line(err.message)}"
+        key, _, value = str(err.override).partition("=")
+        hint = ""
+        if "=" in value:  # e.g. resume=.../best-step=600.ckpt
+            hint = f"; quote a value that holds '=': {key}='{value}'"
+        return f"could not parse override {err.override!r}: {_first_line(err.message)}{hint}"
     cause = err
     while cause.__cause__ is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__

@@ -40,6 +40,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_world_size(cfg)
     _check_targets(cfg)
     _check_synthetic_data(cfg, model)
+    _check_resume_checkpoint(cfg, model)
     problems = check_data_config(to_plain(cfg.data))  # text data: every file read in full
     if problems:
         raise DataConfigError(problems)
@@ -211,6 +212,23 @@ def _check_run_control(cfg: DictConfig) -> None:
                 f"checkpoint.{key}={value} is not valid; expected a positive number or null"
             )
     raise_first([integer_problem("checkpoint.keep_last", ckpt.keep_last, 1)])
+
+
+def _check_resume_checkpoint(cfg: DictConfig, model: TransformerConfig) -> None:
+    """resume=<file>: a readable attnlab checkpoint of this architecture (the vocabulary is
+    compared where the config tells it: synthetic data)."""
+    resume = str(cfg.get("resume", "auto"))
+    if resume in ("auto", "never"):
+        return
+    from attnlab.runs.checkpoints import resume_problem
+
+    options = model.to_dict()
+    if OmegaConf.get_type(cfg.data) is not SYNTHETIC_SCHEMA:
+        options.pop("vocab_size")  # known once the tokenizer is built
+    problem = resume_problem(Path(resume), options)
+    if problem:
+        raise ValueError(f"resume={resume} {problem}; expected a checkpoint of this model, or "
+                         "resume=auto / never")  # fmt: skip
 
 
 def _check_world_size(cfg: DictConfig) -> None:

@@ -27,6 +27,46 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
+# The model options that fix the shapes of the parameters: a checkpoint resumes only into a
+# model that agrees on them (max_len only matters for learned positions).
+ARCHITECTURE_KEYS = (
+    "arch", "d_model", "n_heads", "d_k", "d_ff", "n_encoder_layers", "n_decoder_layers",
+    "norm_position", "norm_type", "pos_encoding", "share_embeddings", "qk_norm", "vocab_size",
+)  # fmt: skip
+
+
+def resume_problem(path: Path, model: dict, shown: int = 3) -> str | None:
+    """Why `path` cannot resume a run whose model options are `model` (TransformerConfig
+    fields; vocab_size where known), or None: unreadable, not a training checkpoint, not an
+    attnlab one, or of another architecture (the differing keys, at most `shown` of them).
+    One line; it never repeats torch's advice to load with weights_only=False (a checkpoint
+    attnlab wrote loads without it, and a file that needs it runs code when loaded)."""
+    import pickle
+
+    import torch
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        return "holds Python objects beyond tensors (attnlab checkpoints hold none)"
+    except Exception as err:  # not a zip or pickle at all, truncated, I/O errors ...
+        return f"is not a readable PyTorch checkpoint ({type(err).__name__})"
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "global_step" not in ckpt:
+        return "is not a Lightning training checkpoint (no state_dict / global_step)"
+    saved = (ckpt.get("hyper_parameters") or {}).get("model")
+    if not isinstance(saved, dict):
+        return "is not an attnlab checkpoint (no model hyper-parameters)"
+    keys = [k for k in ARCHITECTURE_KEYS if k in model and k in saved]
+    if saved.get("pos_encoding") == "learned" and "max_len" in model:
+        keys.append("max_len")
+    differ = [k for k in keys if saved[k] != model[k]]
+    if not differ:
+        return None
+    more = f" and {len(differ) - shown} more" if len(differ) > shown else ""
+    pairs = "; ".join(f"model.{k}={saved[k]!r} there, {model[k]!r} here" for k in differ[:shown])
+    return f"is a checkpoint of another architecture: {pairs}{more}"
+
+
 def candidates(run_dir: Path) -> list[Path]:
     """A run's checkpoints, newest first: <run_dir>/checkpoints/*.ckpt and the hpc_ckpt_*.ckpt
     that Lightning writes into the run directory when SLURM preempts a job."""

@@ -64,6 +64,16 @@ class Trial:
         return f"{self.index:03d}-{self.name}"
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: what it expected, and where."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    brace = "'{'" in problem  # a ${macro} in a flow list: [${program}, ...]
+    hint = "; a ${macro} inside [...] needs quotes, or one item per line" if brace else ""
+    return f"{problem}{where}{hint}"
+
+
 class SweepError(ValueError):
     """A sweep file that cannot be run; the message names the offending key."""
 
@@ -80,7 +90,7 @@ def load_sweep(path_or_dict: str | os.PathLike | Mapping) -> dict:
         except FileNotFoundError:
             raise SweepError(f"sweep file not found: {source}") from None
         except yaml.YAMLError as err:
-            raise SweepError(f"{source}: not valid YAML: {err}") from None
+            raise SweepError(f"{source}: not valid YAML: {_yaml_problem(err)}") from None
     if not isinstance(config, dict):
         raise SweepError(f"{source}: a sweep file must be a mapping with 'method' and 'parameters'")
     method = config.get("method")

@@ -1,0 +1,80 @@
+"""Every trial of a sweep checked before any starts: attnlab-train's own preflight
+(attnlab.config.preflight.check: compose, validate, what Lightning would refuse here) on each
+trial's overrides, the grid and the command line's extra overrides together. A typo in a swept
+key, a bad value in one arm or a bad extra override is then one line per problem, before the
+valid arms train; without it the sweep would fail trial by trial.
+
+Trials whose command does not run attnlab-train (a program of one's own) are not checked.
+Trials that differ only in their seed are composed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnlab import programs
+from attnlab.sweeps.spec import Trial, override_key
+
+
+def runs_attnlab_train(command: Sequence[str]) -> bool:
+    """Does the argv run attnlab-train (its console script, or python -m attnlab.cli.train)?"""
+    for i, token in enumerate(command):
+        if Path(token).name == programs.TRAIN:
+            return True
+        if token == "-m" and i + 1 < len(command) and command[i + 1] == "attnlab.cli.train":
+            return True
+    return False
+
+
+def trial_overrides(trial: Trial) -> list[str]:
+    """The overrides attnlab-train would compose for the trial (Hydra's own hydra.* left out:
+    they place the run, and the compose API does not take them)."""
+    return [o for o in trial.overrides if not (override_key(o) or "").startswith("hydra")]
+
+
+def check_trials(trials: Sequence[Trial], config_dir: Path | str) -> list[tuple[list[Trial], str]]:
+    """The problems of the trials, each once with the trials that have it: [(trials, one-line
+    message)], in trial order; [] when every trial would start."""
+    from attnlab.config.preflight import ConfigError, check
+
+    verdicts: dict[tuple, str | None] = {}
+    problems: dict[str, list[Trial]] = {}
+    for trial in trials:
+        if not runs_attnlab_train(trial.command):
+            continue
+        overrides = trial_overrides(trial)
+        key = tuple(o for o in overrides if override_key(o) != "seed")
+        if key not in verdicts:
+            try:
+                check(config_dir, overrides)
+                verdicts[key] = None
+            except ConfigError as err:
+                verdicts[key] = str(err).splitlines()[0]
+        if verdicts[key] is not None:
+            problems.setdefault(verdicts[key], []).append(trial)
+    return [(bad, message) for message, bad in problems.items()]
+
+
+def problem_lines(problems: list[tuple[list[Trial], str]], total: int) -> list[str]:
+    """One line per problem: the trial (or the trials, by number) and the message."""
+    lines = []
+    for bad, message in problems:
+        if len(bad) == 1:
+            where = f"trial {bad[0].label}"
+        else:
+            where = f"{len(bad)} of {total} trials ({_numbers([t.index for t in bad])})"
+        lines.append(f"{where}: {message}")
+    return lines
+
+
+def _numbers(indices: list[int]) -> str:
+    """[0, 1, 2, 5] -> '000-002, 005'."""
+    runs, start = [], None
+    for i, n in enumerate(indices):
+        if start is None:
+            start = n
+        if i + 1 == len(indices) or indices[i + 1] != n + 1:
+            runs.append(f"{start:03d}" if start == n else f"{start:03d}-{n:03d}")
+            start = None
+    return ", ".join(runs)
