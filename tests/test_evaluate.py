@@ -240,3 +240,24 @@ def test_attention_command_on_a_sentence(run, tmp_path):
     assert arrays["decoder.layers.0.cross_attn"].shape == (2, t, s)
     assert np.all(np.triu(arrays["decoder.layers.0.self_attn"], k=1) == 0.0)
     assert (tmp_path / "decoder.layers.0.cross_attn.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_evaluations_of_a_run_keep_two_sets_of_files(run, capsys):
+    """Without out=, each evaluation is named by what it scored (split, checkpoint(s),
+    decoding): the last checkpoint and the average of the periodic ones, beam and greedy, no
+    longer overwrite one another's eval/<name>.json and .hyp."""
+    ckpts = run["run_dir"] / "checkpoints"
+    names = set()
+    for argv in (
+        [f"ckpt={ckpts / 'last.ckpt'}"],
+        [f"ckpt={ckpts}"],  # the average of step=3 and step=6
+        [f"ckpt={ckpts / 'last.ckpt'}", "decode.beam_size=1"],
+    ):
+        results, _, _ = _eval(argv, capsys)
+        names.add(Path(results["json"]).name)
+        assert Path(results["hypotheses"]).is_file()
+    assert names == {
+        "test-last-beam4_lp0.6.json",
+        "test-avg2-step3-6-beam4_lp0.6.json",
+        "test-last-greedy.json",
+    }

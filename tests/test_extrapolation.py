@@ -91,7 +91,7 @@ def test_results_json_carries_the_curve_and_attnlab_eval_agrees(
         "length", "greedy_exact_match", "greedy_token_acc", "teacher_forced_token_acc", "nll",
         "note",
     ]  # fmt: skip
-    record = json.loads((run_dir / "eval" / "lengths.json").read_text())
+    record = json.loads((run_dir / "eval" / f"lengths-{best.stem}.json").read_text())
     for length in ("3", "6"):
         for metric, value in curve[length].items():
             assert record["extrapolation"][length][metric] == pytest.approx(value, rel=1e-5)
@@ -145,3 +145,18 @@ def test_language_model_perplexity_per_context_length(compose, tmp_path, pos_enc
         assert curve["64"]["perplexity"] is None and "model.max_len=32" in curve["64"]["reason"]
     else:
         assert 1 < curve["64"]["perplexity"] < 200  # RoPE reads any length
+
+
+def test_eval_of_the_default_tasks_checkpoint_needs_no_lengths(compose, tiny_run, tmp_path, capsys):
+    """README's `attnlab-eval ckpt=.../last.ckpt` on the default task's run (reverse, no
+    data.eval_lengths) scores every length the run trained on, and names its file by the
+    checkpoint; it used to stop with `eval.lengths=[...] is required`."""
+    from attnlab.pipeline.train import train
+
+    overrides = [*tiny_run, "logger=none", f"paths.run_dir={tmp_path / 'run'}"]
+    train(compose(overrides), overrides)
+    capsys.readouterr()
+    eval_main([f"ckpt={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}", "eval.n_examples=8"])
+    record = json.loads((tmp_path / "run" / "eval" / "lengths-last.json").read_text())
+    assert record["lengths"] == [1, 2, 3, 4, 5]  # debug=tiny's data.train_len: [1, 5]
+    assert set(record["extrapolation"]) == {"1", "2", "3", "4", "5"}

@@ -7,11 +7,14 @@
     attnlab-eval ckpt=<copy run>/checkpoints/last.ckpt eval.lengths=[8,16,32,64]   # per length
 
 Synthetic-task and language-model checkpoints are scored per length instead (length
-extrapolation): eval.lengths (default: the run's data.eval_lengths) one at a time, each with
+extrapolation): eval.lengths (default: the run's data.eval_lengths, else the lengths it trained
+on: every length of a synthetic task's data.train_len, a language model's block size) one at a
+time, each with
 exact_match, token_acc and nll (synthetic; eval.n_examples examples of exactly that length) or
 perplexity, nll and token_acc (language models: the test text in non-overlapping blocks of that
 many tokens); a length that learned positions cannot represent is null with the reason.
-Writes <out>.json (default <run_dir>/eval/lengths.json) with "extrapolation" as in results.json.
+Writes <out>.json (default <run_dir>/eval/lengths-<checkpoint>.json) with "extrapolation" as in
+results.json.
 
 Options (key=value): ckpt (a file, a list of files, or a checkpoints directory: its step=<n>.ckpt
 files; `last=N` keeps the newest N), split (test | val | train, from the run's data config),
@@ -22,8 +25,10 @@ greedy), batch_size, device (auto | cpu | cuda), out.
 
 Prints BLEU, chrF and chrF++ (sacreBLEU on detokenized text), perplexity
 (teacher-forced, on the references) and writes <out>.json and <out>.hyp (one hypothesis per
-source line, in the input order). By default <out> is <run_dir>/eval/<split>. The run directory
-(the checkpoint's nearest parent holding config.yaml) must hold tokenizer.model.
+source line, in the input order). By default <out> is <run_dir>/eval/<split>-<checkpoint>-<decoding>
+(test-last-beam4_lp0.6, test-avg5-step1700-1800-greedy, ...), so one evaluation never
+overwrites another of the same run. The run directory (the checkpoint's nearest parent holding
+config.yaml) must hold tokenizer.model.
 """
 
 from __future__ import annotations
@@ -81,7 +86,10 @@ def parse_args(argv: list[str]) -> EvalConfig:
         cli = OmegaConf.from_dotlist(argv)
         cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), cli)
         if OmegaConf.is_missing(cfg, "ckpt"):
-            raise EvalError("ckpt=<checkpoint file, [list] or checkpoints directory> is required")
+            raise EvalError(
+                "ckpt=<checkpoint file, [list] or checkpoints directory> is required, e.g. "
+                "ckpt=outputs/default/<run>/checkpoints/last.ckpt"
+            )
         paths = checkpoint_paths(cfg.ckpt, cfg.last)
         run_decode = _run_decode_settings(find_run_dir(Path(paths[0])))
         cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), {"decode": run_decode}, cli)
@@ -100,7 +108,10 @@ def _check(cfg) -> None:
     from attnlab.validation import integer_problem
 
     if (cfg.src_file is None) != (cfg.ref_file is None):
-        raise EvalError("src_file and ref_file go together: give both or neither")
+        raise EvalError(
+            "src_file and ref_file go together: give both or neither, e.g. "
+            "src_file=newstest.en ref_file=newstest.de"
+        )
     checks = [("decode.beam_size", cfg.decode.beam_size), ("batch_size", cfg.batch_size)]
     checks += [("eval.n_examples", cfg.eval.n_examples)]
     checks += [("eval.lengths", n) for n in cfg.eval.lengths]
@@ -134,8 +145,18 @@ def evaluate(cfg: EvalConfig) -> dict:
     src_path, ref_path, name = _sources(cfg, run_dir)
     tokenizer, dataset, refs = _dataset(run_dir, src_path, ref_path, name, model.config.max_len)
     scores = _score(model, tokenizer, dataset, refs, cfg, device, hparams)
-    out = Path(cfg.out) if cfg.out else run_dir / "eval" / name
+    out = Path(cfg.out) if cfg.out else run_dir / "eval" / default_name(name, cfg)
     return _write(out, scores, cfg, src_path, ref_path, started)
+
+
+def default_name(source: str, cfg: EvalConfig) -> str:
+    """<split or source file>-<checkpoint>-<decoding>, e.g. test-last-beam4_lp0.6 or
+    test-avg5-step1700-1800-greedy: two evaluations of a run differ in their file names."""
+    from attnlab.evaluation.lengths import checkpoint_name
+
+    d = cfg.decode
+    decode = "greedy" if d.beam_size == 1 else f"beam{d.beam_size}_lp{d.length_penalty:g}"
+    return f"{source}-{checkpoint_name(cfg.ckpt)}-{decode}"
 
 
 def _sources(cfg: EvalConfig, run_dir: Path) -> tuple[Path, Path, str]:

@@ -42,7 +42,10 @@ def _periodic_checkpoints(folder: Path, last: int | None) -> list[Path]:
         key=step_of,
     )
     if not found:
-        raise EvalError(f"ckpt: {folder} holds no periodic step=<n>.ckpt checkpoints")
+        raise EvalError(
+            f"ckpt: {folder} holds no periodic step=<n>.ckpt checkpoints to average; for one "
+            f"file give it, e.g. ckpt={folder / 'last.ckpt'}"
+        )
     return found[-last:] if last else found
 
 
@@ -58,19 +61,23 @@ def find_run_dir(ckpt: Path) -> Path:
 
 def load_model(paths: list[str]):
     """The (averaged) model in eval mode, the training hyper-parameters and the run directory."""
-    import torch
-
     from attnlab.model import Transformer, TransformerConfig
+    from attnlab.runs.checkpoints import load_attnlab_checkpoint
     from attnlab.training.averaging import average_checkpoints
 
+    for path in paths:
+        first, problem = load_attnlab_checkpoint(Path(path))
+        if problem:
+            raise EvalError(
+                f"ckpt: checkpoint {path} {problem}; expected an attnlab-train checkpoint, e.g. "
+                "ckpt=outputs/<name>/<run>/checkpoints/last.ckpt"
+            )
+    first, _ = load_attnlab_checkpoint(Path(paths[0]))
     try:
         state = average_checkpoints(paths)  # loads each safely, checks they match
-        first = torch.load(paths[0], map_location="cpu", weights_only=True)
     except (FileNotFoundError, ValueError, RuntimeError) as err:
         raise EvalError(f"ckpt: {str(err).strip().splitlines()[0]}") from None
-    hparams = first.get("hyper_parameters", {}) if isinstance(first, dict) else {}
-    if "model" not in hparams:
-        raise EvalError(f"ckpt: {paths[0]} has no model hyper-parameters (not an attnlab run?)")
+    hparams = first["hyper_parameters"]
     model = Transformer(TransformerConfig(**hparams["model"]))
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     model.load_state_dict(weights)

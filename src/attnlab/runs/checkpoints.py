@@ -14,17 +14,48 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def checkpoint_problem(path: Path) -> str | None:
-    """None if `path` loads safely and looks like a training checkpoint, else why not."""
+def safe_load(path: Path) -> tuple[dict | None, str | None]:
+    """(the checkpoint dictionary, None), loaded with `torch.load(weights_only=True)` (no pickled
+    code runs), or (None, why not) in one line. The reason never repeats torch's advice to load
+    with weights_only=False: a checkpoint attnlab wrote loads without it, and a file that needs
+    it runs code when loaded."""
+    import pickle
+
     import torch
 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated zip, bad pickle, unsafe globals, I/O errors ...
-        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".strip()
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "global_step" not in ckpt:
-        return "not a Lightning training checkpoint (no state_dict / global_step)"
-    return None
+    except pickle.UnpicklingError:
+        return None, (
+            "cannot be read safely: it holds objects other than tensors and plain values (not a "
+            "checkpoint written by attnlab-train)"
+        )
+    except Exception as err:  # not a zip or pickle at all, truncated, I/O errors ...
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return None, f"cannot be read ({type(err).__name__}{': ' * bool(reason)}{reason})"
+    if not isinstance(ckpt, dict):
+        return None, "is not a checkpoint dictionary"
+    return ckpt, None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """None if `path` loads safely and looks like a training checkpoint, else why not."""
+    ckpt, problem = safe_load(path)
+    if problem is None and ("state_dict" not in ckpt or "global_step" not in ckpt):
+        problem = "is not a Lightning training checkpoint (no state_dict / global_step)"
+    return problem
+
+
+def load_attnlab_checkpoint(path: Path) -> tuple[dict | None, str | None]:
+    """(the checkpoint, None), or (None, why it is not an attnlab training checkpoint: unsafe or
+    unreadable (safe_load), not Lightning's, no model hyper-parameters)."""
+    problem = checkpoint_problem(path)
+    if problem:
+        return None, problem
+    ckpt, _ = safe_load(path)
+    if not isinstance((ckpt.get("hyper_parameters") or {}).get("model"), dict):
+        return None, "is not an attnlab checkpoint (no model hyper-parameters)"
+    return ckpt, None
 
 
 # The model options that fix the shapes of the parameters: a checkpoint resumes only into a
@@ -37,25 +68,12 @@ ARCHITECTURE_KEYS = (
 
 def resume_problem(path: Path, model: dict, shown: int = 3) -> str | None:
     """Why `path` cannot resume a run whose model options are `model` (TransformerConfig
-    fields; vocab_size where known), or None: unreadable, not a training checkpoint, not an
-    attnlab one, or of another architecture (the differing keys, at most `shown` of them).
-    One line; it never repeats torch's advice to load with weights_only=False (a checkpoint
-    attnlab wrote loads without it, and a file that needs it runs code when loaded)."""
-    import pickle
-
-    import torch
-
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        return "holds Python objects beyond tensors (attnlab checkpoints hold none)"
-    except Exception as err:  # not a zip or pickle at all, truncated, I/O errors ...
-        return f"is not a readable PyTorch checkpoint ({type(err).__name__})"
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "global_step" not in ckpt:
-        return "is not a Lightning training checkpoint (no state_dict / global_step)"
-    saved = (ckpt.get("hyper_parameters") or {}).get("model")
-    if not isinstance(saved, dict):
-        return "is not an attnlab checkpoint (no model hyper-parameters)"
+    fields; vocab_size where known), or None: load_attnlab_checkpoint's reasons, or of another
+    architecture (the differing keys, at most `shown` of them). One line."""
+    ckpt, problem = load_attnlab_checkpoint(path)
+    if problem:
+        return problem
+    saved = ckpt["hyper_parameters"]["model"]
     keys = [k for k in ARCHITECTURE_KEYS if k in model and k in saved]
     if saved.get("pos_encoding") == "learned" and "max_len" in model:
         keys.append("max_len")

@@ -3,7 +3,6 @@ intervals"): the element-wise mean of the model weights of several checkpoints."
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,26 +11,15 @@ import torch
 
 def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The model weights of a Lightning checkpoint (its "state_dict"), loaded safely
-    (weights_only=True: no pickled code runs)."""
+    (attnlab.runs.checkpoints.safe_load: no pickled code runs)."""
+    from attnlab.runs.checkpoints import safe_load
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        # torch's message advises weights_only=False, which would run whatever code the file
-        # pickled: never pass that on for a file of unknown origin.
-        raise ValueError(
-            f"checkpoint {path} cannot be read safely: it holds objects other than tensors and "
-            "plain values (not a checkpoint written by attnlab-train)"
-        ) from None
-    except Exception as err:  # truncated / corrupt files raise many different errors
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise ValueError(
-            f"checkpoint {path} cannot be read ({type(err).__name__}{': ' * bool(reason)}{reason})"
-        ) from err
-    if not isinstance(ckpt, dict):
-        raise ValueError(f"checkpoint {path} is not a checkpoint dictionary")
+    ckpt, problem = safe_load(path)
+    if problem:
+        raise ValueError(f"checkpoint {path} {problem}")
     return ckpt.get("state_dict", ckpt)
 
 
