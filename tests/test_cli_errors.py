@@ -24,6 +24,13 @@ BAD = [
         "model.norm_position='middle' is not valid; expected one of: pre, post",
     ),
     ("model.n_heads=3", "model.n_heads=3"),
+    ("modle=small", "modle is not a key of the config; did you mean model?"),  # not module
+    ("modul._target_=x", "modul is not a key of the config; did you mean module?"),
+    (
+        "table3=A1",
+        "table3 is not in the default config, so table3=<option> has nothing to "
+        "replace; add it with a +: +table3=<option> (e.g. +table3=A1)",
+    ),  # fmt: skip
     (
         "scheduler.name=nope",
         "scheduler.name='nope' is not valid; expected one of: noam, inverse_sqrt, cosine, constant",

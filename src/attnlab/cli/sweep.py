@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab-sweep: error: {err}", file=sys.stderr)
         return 2
     name = config["name"]
-    metric = (config.get("metric") or {}).get("name", "val/loss")
+    # without `metric:`, the unsmoothed val/nll (the smoothed val/loss would favour less smoothing)
+    metric = (config.get("metric") or {}).get("name", "val/nll")
     parallel = args.parallel or (len(groups) if groups else 1)
     if groups and parallel > len(groups):
         print(f"--parallel {parallel} capped at {len(groups)}: one trial per GPU slot {groups}")

@@ -1,6 +1,6 @@
 """attnlab-train: train, validate and test one model from a Hydra config (conf/train.yaml).
 
-    attnlab-train                                   # small model on `reverse`, CPU, ~1-2 min
+    attnlab-train                                   # small model on `reverse`, CPU
     attnlab-train model.pos_encoding=rope model.n_heads=2 scheduler.warmup_steps=200
     attnlab-train -m model.norm_position=pre,post seed=1,2,3
     attnlab-train --help                            # config groups and options

@@ -100,6 +100,13 @@ def describe(err: BaseException) -> str:
         group, _, choice = err.missing_cfg_file.rpartition("/")
         if group and err.options:
             return f"{group}={choice!r} is not valid; expected one of: {', '.join(err.options)}"
+    missing = re.match(r"Could not override '([\w/]+)'\. No match in the defaults list", str(err))
+    if missing:
+        group = missing.group(1)
+        return (
+            f"{group} is not in the default config, so {group}=<option> has nothing to replace; "
+            f"add it with a +: +{group}=<option> (e.g. +table3=A1)"
+        )
     if isinstance(err, OverrideParseException):
         key, _, value = str(err.override).partition("=")
         hint = ""
@@ -139,13 +146,31 @@ def _unknown_key(key: str, parent, outer: BaseException) -> str:
     keys = [str(k) for k in parent.keys()] if OmegaConf.is_dict(parent) else []
     known = [k for k in keys if k != "hydra" and not (k.startswith("_") and k.endswith("_"))]
     line = f"{key} is not a key of {where or 'the config'}"
-    close = difflib.get_close_matches(name, known, n=1)
+    close = _closest(name, known, parent, re.search(r"use \+(\S+)", str(outer)))
     if close:
         return f"{line}; did you mean {where + '.' if where else ''}{close[0]}?"
     if known:
         line += f"; expected one of: {', '.join(known)}"
     append = re.search(r"use (\+\S+)", str(outer))
     return line + (f" (to add a new key use {append.group(1)})" if append else "")
+
+
+def _closest(name: str, known: list[str], parent, override) -> list[str]:
+    """The known key a mistyped `name` most likely meant, by what the override goes on to say:
+    `modle=small` means the group with an option `small` (model, not module), and
+    `modul._target_=x` a node that has a `_target_` (module, not model); else difflib's."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if override is None or len(close) < 2:
+        return close[:1]
+    key, _, value = override.group(1).partition("=")
+    rest = key.split(".")[key.split(".").index(name) + 1 :] if name in key.split(".") else []
+    if rest:
+        fits = [k for k in close if OmegaConf.is_dict(parent.get(k)) and rest[0] in parent[k]]
+    else:
+        from attnlab.config.location import conf_dir
+
+        fits = [k for k in close if (conf_dir() / k / f"{value}.yaml").is_file()]
+    return (fits or close)[:1]
 
 
 def _first_line(text: str) -> str:

@@ -92,7 +92,11 @@ def _already_completed(cfg: DictConfig, run_dir: Path, previous: dict | None) ->
     refuse_changed_config(run_dir, cfg)
     if previous.get("status") != Status.COMPLETED:
         return False
-    say(f"already completed: {run_dir / 'results.json'} (use resume=never to train it again)")
+    say(
+        f"already completed: {run_dir / 'results.json'}; nothing ran, so no logger or callback "
+        "of this command (logger=tensorboard, say) wrote anything: resume=never trains it again "
+        "in a new directory"
+    )
     return True
 
 

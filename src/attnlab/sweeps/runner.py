@@ -161,7 +161,7 @@ def run_trials(
     trials: Sequence[Trial],
     parallel: int = 1,
     groups: Sequence[str] = (),
-    metric_name: str = "val/loss",
+    metric_name: str = "val/nll",
     log: Callable[[str], None] = print,
     memory_share: float | None = None,
 ) -> list[TrialResult]:

@@ -100,16 +100,23 @@ def render_maps(
         rows = -(-n_heads // cols)
         side = max(2.5, 0.22 * max(len(queries), len(keys)))
         fig, axes = plt.subplots(rows, cols, figsize=(side * cols, side * rows), squeeze=False)
+        image = None
         for h, ax in enumerate(axes.flat):
             if h >= n_heads:
                 ax.axis("off")
                 continue
-            ax.imshow(w[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            image = ax.imshow(w[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
             ax.set_title(f"head {h}", fontsize=9)
             ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
             ax.set_yticks(range(len(queries)), queries, fontsize=7)
+            if h // cols == rows - 1 or h + cols >= n_heads:  # the bottom panel of its column
+                ax.set_xlabel("key (attended to)", fontsize=8)
+            if h % cols == 0:
+                ax.set_ylabel("query (attending)", fontsize=8)
         fig.suptitle(f"{name} ({kind_of(name)}){title}", fontsize=10)
         fig.tight_layout()
+        if image is not None:  # one scale for every head: weights in [0, 1]
+            fig.colorbar(image, ax=list(axes.flat), shrink=0.8, label="attention weight")
         path = out_dir / f"{name}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
