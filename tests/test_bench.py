@@ -156,3 +156,32 @@ def test_the_harness_run_validates_nothing_inside_its_timed_window(compose, tmp_
     trainer.callbacks.append(_StepClock(5, 30))
     trainer.fit(module, datamodule=datamodule)
     assert trainer.global_step == 30 and validations == []
+
+
+_GRAPH_BREAK = """
+import sys
+from attnlab.cli.bench import _quiet_libraries
+if sys.argv[1] == "quiet":
+    _quiet_libraries()
+import torch
+
+@torch.compile(backend="eager")
+def f(x):
+    return x + 1 if bool(x.sum() > 0) else x  # .item(): a graph break torch warns about
+
+f(torch.ones(3))
+"""
+
+
+@pytest.mark.parametrize("mode", ["quiet", "verbose"])
+def test_bench_without_v_hides_torch_compiles_graph_break_warnings(mode):
+    """attnlab-bench prints its tables only: torch.compile's graph-break warnings (12 lines a
+    compiled size) are hidden unless -v; the test fails if torch stops reading TORCH_LOGS."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _GRAPH_BREAK, mode], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("Graph break" in proc.stderr) == (mode == "verbose")

@@ -123,13 +123,17 @@ def _section(ctx, name: str, args) -> dict:
 
 def _quiet_libraries() -> None:
     """The tables and nothing else: torch's C++ warnings (its profiler's note on memory
-    allocated before profiling), Python warnings and Lightning's and W&B's info lines are
+    allocated before profiling), torch.compile's graph-break warnings, Python warnings and
+    Lightning's and W&B's info lines are
     hidden; errors still show. Set before torch is imported, which reads TORCH_CPP_LOG_LEVEL
     once."""
     import logging
     import warnings
 
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # torch.compile's graph-break notes (torch.nn.Transformer's reference forward asks `.item()`
+    # of its padding mask: 12 lines per compiled size); torch reads TORCH_LOGS at import
+    os.environ.setdefault("TORCH_LOGS", "-dynamo")
     os.environ.setdefault("WANDB_SILENT", "true")  # W&B's own terminal lines (git root, sync)
     warnings.filterwarnings("ignore")
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "wandb"):
