@@ -90,3 +90,11 @@ def test_only_trials_that_run_attnlab_train_are_checked_and_problems_are_grouped
 
     lines = problem_lines([([T(0), T(1), T(2), T(5)], "bad"), ([T(7)], "worse")], 8)
     assert lines == ["4 of 8 trials (000-002, 005): bad", "trial 007-x: worse"]
+
+
+def test_the_sweep_files_baseline_stays_out_of_the_w_and_b_config():
+    from attnlab.sweeps.wandb_agents import server_config
+
+    spec = {"name": "h", "method": "grid", "program": "attnlab-train", "baseline": {"a": 1}}
+    spec |= {"parameters": {"a": {"values": [1, 2]}}, "command": ["${program}", "${args}"]}
+    assert "baseline" not in server_config(spec) and spec["baseline"] == {"a": 1}

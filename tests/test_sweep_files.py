@@ -125,6 +125,19 @@ def test_gpu_sweeps_use_the_multi30k_model_and_one_budget_with_five_seeds(name):
         assert flat["trainer.precision"] == "bf16-mixed"
 
 
+def test_the_bug_sweeps_are_unsmoothed_and_the_scale_sweep_widens_d_k():
+    """classic_bugs.yaml and attn_scale.yaml: label smoothing 0 (no nll floor), the default
+    run's budget; attn_scale crosses the scale with d_k = 16, 64, 128."""
+    for name in ("classic_bugs", "attn_scale"):
+        for flat in _arms(name).values():
+            assert flat["loss.label_smoothing"] == 0 and flat["trainer.max_steps"] == 1000
+    arms = _arms("attn_scale")
+    assert set(arms) == {(d, s) for d in (16, 64, 128) for s in ("sqrt_dk", "none")}
+    assert {k for k in _arms("classic_bugs")} == {
+        (p, f) for p in (True, False) for f in (True, False)
+    }
+
+
 @pytest.mark.parametrize("name", ["heads", "gpu_heads"])
 def test_heads_sweep_states_its_h_and_d_k_at_constant_compute(name):
     text = (REPO / "sweeps" / f"{name}.yaml").read_text()

@@ -25,6 +25,7 @@ def server_config(
     every run writes to <run_root>/<W&B run id> (the agent sets WANDB_RUN_ID for each run), so
     runs that several agents start in the same second never share a directory."""
     config = dict(config)
+    config.pop("baseline", None)  # attnlab-compare's default baseline: not a W&B sweep key
     command = [str(t) for t in config.get("command", DEFAULT_COMMAND)]
     keys = {override_key(t) for t in [*command, *extra_overrides]} | set(config["parameters"])
     if "group" not in keys:
