@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerate docs/REPRODUCTION.md's experiments: the six sweeps, the attnlab-eval variants, the
-# comparisons and the attention maps. About three hours on a 2-core CPU (two trials side by side,
-# one torch thread each). Outputs: outputs/repro/ (runs), docs/img/reproduction/ (tables, plots)
+# Regenerate docs/REPRODUCTION.md's experiments: the sweeps, the attnlab-eval variants, the
+# comparisons and the attention maps. About a day on a 2-core CPU (two trials side by side, one
+# torch thread each); docs/REPRODUCTION.md gives each section's compute. Outputs: outputs/repro/ (runs), docs/img/reproduction/ (tables, plots)
 # and docs/results/<section>.csv (one row per run: the swept keys, the seed, every metric), from
 # which tests/test_reproduction_tables.py regenerates every table of the report.
 #
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data}
 OUT=outputs/repro
 IMG=docs/img/reproduction
-STAGES=${STAGES:-"extrapolation extrapolation_lm norm_warmup heads label_smoothing classic_bugs attention"}
+STAGES=${STAGES:-"lr_sensitivity extrapolation extrapolation_lm heads heads_lr label_smoothing classic_bugs attn_scale attention"}
 export OMP_NUM_THREADS=1
 SWEEP=(--parallel 2)
 COMMON=(logger=none torch_threads=1)
@@ -41,6 +41,14 @@ if want extrapolation_lm; then
   keep extrapolation_lm
 fi
 
+if want lr_sensitivity; then
+  stage "2 Pre-LN / Post-LN x warmup x qk_norm over peak learning rates"
+  attnlab-sweep sweeps/lr_sensitivity.yaml "${SWEEP[@]}" --out $OUT/lr_sensitivity "${COMMON[@]}" || true
+  attnlab-compare $OUT/lr_sensitivity --out $IMG/lr_sensitivity
+  attnlab-compare $OUT/lr_sensitivity --select-seeds 1 --out $IMG/lr_sensitivity_select
+  keep lr_sensitivity
+fi
+
 if want norm_warmup; then
   stage "2 Pre-LN / Post-LN x warmup"
   attnlab-sweep sweeps/norm_warmup.yaml "${SWEEP[@]}" --out $OUT/norm_warmup "${COMMON[@]}" || true
@@ -50,12 +58,25 @@ if want norm_warmup; then
 fi
 
 if want heads; then
-  stage "3 heads at constant compute, Multi30k"
+  stage "3 heads at constant compute, Multi30k: the average of the last 5 checkpoints, beam 4"
   attnlab-sweep sweeps/heads.yaml "${SWEEP[@]}" --out $OUT/heads "${COMMON[@]}" \
     data.root=$DATA/multi30k || true
-  attnlab-compare $OUT/heads --metric test/bleu --baseline model.n_heads=8 \
-    --columns test/bleu --columns test/chrf --columns test/nll --out $IMG/heads
+  ls -d $OUT/heads/*/ | xargs -P 2 -I{} sh -c \
+    'attnlab-eval ckpt={}checkpoints last=5' > $OUT/heads_eval.log 2>&1
+  attnlab-compare $OUT/heads --metric eval/test-avg5-step1700-1800-beam4_lp0.6/bleu \
+    --columns 'eval/*/bleu' --columns 'eval/*/nll' --columns test/bleu --out $IMG/heads
   keep heads
+fi
+
+if want heads_lr; then
+  stage "3 heads: a coarse learning-rate check on h = 1 and h = 8 (1 seed)"
+  attnlab-train -m experiment=multi30k_cpu model.d_model=96 model.d_ff=384 trainer.max_time=null \
+    trainer.max_steps=1800 trainer.val_check_interval=300 callbacks.translation_quality.every_n_val=1 \
+    model.n_heads=1,8 scheduler.peak_lr=1e-3,2e-3,4e-3 seed=1 name=heads_lr \
+    paths.multirun_root=$OUT/heads_lr hydra/launcher=joblib hydra.launcher.n_jobs=2 \
+    "${COMMON[@]}" data.root=$DATA/multi30k || true
+  attnlab-compare $OUT/heads_lr --metric val/nll_best --x scheduler.peak_lr --out $IMG/heads_lr
+  keep heads_lr
 fi
 
 if want label_smoothing; then
@@ -82,20 +103,30 @@ if want label_smoothing; then
 fi
 
 if want classic_bugs; then
-  stage "6 classic bugs: no 1/sqrt(d_k), unmasked source padding"
+  stage "6 classic bugs: unmasked source padding, no causal mask (no label smoothing)"
   attnlab-sweep sweeps/classic_bugs.yaml "${SWEEP[@]}" --out $OUT/classic_bugs "${COMMON[@]}" || true
   attnlab-compare $OUT/classic_bugs --metric test/exact_match \
-    --baseline model.attn_scale=sqrt_dk --baseline model.mask_source_padding=true \
-    --columns test/exact_match --columns test/nll --out $IMG/classic_bugs
+    --columns test/exact_match --columns test/nll --columns test/token_acc --out $IMG/classic_bugs
   keep classic_bugs
   # A padded batch: the reverse model with the source-padding mask and without it (classic_bugs,
   # seed 1), on one input followed by 6 pads; each prints the weight every module puts on pads.
   for mask in True False; do
-    RUN=$(ls -d $OUT/classic_bugs/*attn_scale_sqrt_dk-mask_source_padding_${mask}-seed_1 | head -n 1)
+    RUN=$(ls -d $OUT/classic_bugs/*mask_source_padding_${mask}-mask_future_True-seed_1 | head -n 1)
     mkdir -p $IMG/attention_pad_mask_${mask}
     attnlab-attention "$(ls $RUN/checkpoints/best-step=*.ckpt | head -n 1)" "5 9 2 7 11 3" --pad 6 \
       --out $IMG/attention_pad_mask_${mask} | tee $IMG/attention_pad_mask_${mask}/pads.txt
   done
+fi
+
+if want attn_scale; then
+  stage "6 classic bugs: no 1/sqrt(d_k) at d_k 16, 64, 128"
+  attnlab-sweep sweeps/attn_scale.yaml "${SWEEP[@]}" --out $OUT/attn_scale "${COMMON[@]}" || true
+  for dk in 16 64 128; do
+    attnlab-compare $OUT/attn_scale/*-d_k_${dk}-* --metric test/nll --columns test/nll \
+      --columns test/exact_match --out $IMG/attn_scale_dk${dk}
+  done
+  attnlab-compare $OUT/attn_scale --metric test/nll --out $IMG/attn_scale
+  keep attn_scale
 fi
 
 if want attention; then
