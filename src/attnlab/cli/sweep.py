@@ -127,11 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if note:
         print(note)
     if args.dry_run:
-        for t in trials:
-            shown = [o for o in t.overrides if not o.startswith("hydra.run.dir=")]
-            print(f"  {t.index:03d}  {t.name:<32}  {' '.join(shown)}")
-        if trials:
-            print(f"command of trial 000: {shlex.join(trials[0].command)}")
+        _list_trials(trials)
     if not _trials_start(trials):
         return 2
     if args.dry_run:
@@ -156,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     return exit_code(
         [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
     )
+
+
+def _list_trials(trials) -> None:
+    """--dry-run: each trial's number, name and overrides, and the first one's command."""
+    for t in trials:
+        shown = [o for o in t.overrides if not o.startswith("hydra.run.dir=")]
+        print(f"  {t.index:03d}  {t.name:<32}  {' '.join(shown)}")
+    if trials:
+        print(f"command of trial 000: {shlex.join(trials[0].command)}")
 
 
 def _trials_start(trials) -> bool:
