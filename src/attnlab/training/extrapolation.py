@@ -38,12 +38,16 @@ def metric_names(datamodule) -> tuple[str, ...]:
 
 
 def unrepresentable(model_config, datamodule, length: int) -> str | None:
-    """Why the model cannot read inputs of `length`, or None when it can."""
+    """Why the model cannot read inputs of `length` (its positional encoding's limit: learned
+    positions, model.max_len), or None when it can."""
+    from attnlab.model.positions import encoding_class
+
     needed = datamodule.positions_needed(length)
-    if model_config.pos_encoding == "learned" and needed > model_config.max_len:
+    limit = encoding_class(model_config.pos_encoding).limit(model_config)
+    if limit is not None and needed > limit:
         return (
-            f"learned positions: length {length} needs {needed} positions, "
-            f"model.max_len={model_config.max_len}"
+            f"{model_config.pos_encoding} positions: length {length} needs {needed} positions, "
+            f"model.max_len={limit}"
         )
     return None
 
