@@ -20,13 +20,16 @@ null metrics and a `reason`, not a crash. `LengthExtrapolation` runs this at the
 
 from __future__ import annotations
 
-import math
-
 import lightning as L
 import torch
 import torch.nn.functional as F
 
-from attnlab.training.metrics import exact_match, greedy_token_accuracy, token_accuracy
+from attnlab.training.metrics import (
+    exact_match,
+    greedy_token_accuracy,
+    perplexity,
+    token_accuracy,
+)
 
 SEQ_METRICS = ("greedy_exact_match", "greedy_token_acc", "teacher_forced_token_acc", "nll")
 LM_METRICS = ("perplexity", "nll", "teacher_forced_token_acc")
@@ -105,7 +108,7 @@ def _score(module, batches, names) -> dict[str, float | None]:
             greedy_correct, greedy_tokens = greedy_correct + c.item(), greedy_tokens + n.item()
     nll = nll_sum / max(tokens, 1)
     values = {"nll": nll, "teacher_forced_token_acc": correct / max(tokens, 1)}
-    values["perplexity"] = math.exp(min(nll, 50.0))
+    values["perplexity"] = perplexity(nll)
     values["greedy_exact_match"] = matches / max(sequences, 1)
     values["greedy_token_acc"] = greedy_correct / max(greedy_tokens, 1)
     return {name: values[name] for name in names}
