@@ -62,7 +62,7 @@ NLL = {"name": "val/nll_best", "goal": "minimize"}  # unsmoothed (tests/test_swe
     [
         (
             "heads.yaml",
-            {"model.n_heads": [1, 4, 8, 16]},
+            {"model.n_heads": [1, 4, 8, 12, 16]},
             {"name": "val/bleu_best", "goal": "maximize"},
         ),
         (
@@ -107,13 +107,14 @@ def test_sweep_file_dry_run_lists_every_grid_point(file, axes, metric, tmp_path,
 
 
 def test_heads_sweep_keeps_compute_constant():
-    """Table 3 (A): d_k is left null, so d_k = d_model / h and h * d_k = d_model for every h."""
+    """Table 3 (A): d_k is left null, so d_k = d_model / h and h * d_k = d_model for every h
+    (d_model 96, which 1, 4, 8, 12 and 16 all divide)."""
     trials = expand_sweep(SWEEPS / "heads.yaml")
     assert all(not o.startswith("model.d_k") for t in trials for o in t.overrides)
-    d_model = 128  # experiment=multi30k_cpu
+    assert all("model.d_model=96" in t.overrides for t in trials)
     heads = sorted({t.params["model.n_heads"] for t in trials})
-    assert [d_model // h for h in heads] == [128, 32, 16, 8]
-    assert all(h * (d_model // h) == d_model for h in heads)
+    assert [96 // h for h in heads] == [96, 24, 12, 8, 6]
+    assert all(h * (96 // h) == 96 for h in heads)
 
 
 # --- expansion ----------------------------------------------------------------------------------
