@@ -59,6 +59,18 @@ def results(root: Path) -> dict:
     return json.loads((run_dir(root) / "results.json").read_text())
 
 
+def _has_row(metrics_csv: Path, step: int) -> bool:
+    """Does metrics.csv hold a row logged at `step` (read as CSV: its columns are sorted, and
+    the diag/ ones come before epoch and step)?"""
+    import csv
+
+    try:
+        with open(metrics_csv, newline="") as f:
+            return any(r.get("step") == str(step) for r in csv.DictReader(f))
+    except OSError:
+        return False
+
+
 def start_and_wait_for_checkpoint(
     cmd, tmp_path, root: Path, step: int, logged_past: bool = False
 ) -> subprocess.Popen:
@@ -70,7 +82,7 @@ def start_and_wait_for_checkpoint(
     deadline = time.time() + 240
     while time.time() < deadline:
         if list(root.glob(f"default/*/checkpoints/step={step}.ckpt")) and (
-            not logged_past or f"\n0,{step}," in (run_dir(root) / "metrics.csv").read_text()
+            not logged_past or _has_row(run_dir(root) / "metrics.csv", step)
         ):
             return proc
         if proc.poll() is not None:
