@@ -116,6 +116,7 @@ def _write_runs(root: Path, values: dict, metric="test/bleu", wall=60.0) -> None
             "config": {"model": {"n_heads": h}, "seed": seed, "run_name": f"h{h}-s{seed}"},
             "seed": seed,
             "wall_time_s": wall,
+            "git_commit": "abc1234",
             "extrapolation": {"16": {"greedy_exact_match": value / 100}},
         }
         (run / "results.json").write_text(json.dumps(record))
@@ -155,7 +156,7 @@ def test_runs_csv_regenerates_the_same_statistics(sweep, tmp_path, capsys):
     from_runs = capsys.readouterr().out
     table = tmp_path / "a" / "runs.csv"
     header = table.read_text().splitlines()[0].split(",")
-    assert header[:4] == ["model.n_heads", "seed", "status", "wall_time_s"]
+    assert header[:5] == ["model.n_heads", "seed", "status", "wall_time_s", "git_commit"]
     assert "length/16/greedy_exact_match" in header and "test/bleu" in header
     assert compare.main([str(table), *argv, "--out", str(tmp_path / "b")]) == 0
     from_csv = capsys.readouterr().out
@@ -165,6 +166,9 @@ def test_runs_csv_regenerates_the_same_statistics(sweep, tmp_path, capsys):
 
     assert tables(from_runs) == tables(from_csv)
     assert "length/16/greedy_exact_match" in from_csv
+    from attnlab.analysis.run_table import read_runs_csv
+
+    assert {r.git_commit for r in read_runs_csv(table)} == {"abc1234"}  # provenance kept
 
 
 def test_planner_prints_seeds_runs_and_compute(sweep, capsys):

@@ -30,6 +30,7 @@ class Run:
     # results.json's "extrapolation": {"<length>": {metric: value or None, ...}}
     extrapolation: dict[str, dict] = field(default_factory=dict)
     wall_time_s: float | None = None  # launch to end, all attempts (the planner's compute)
+    git_commit: str | None = None  # the code the run came from (results.json's git_commit)
 
     @property
     def run_dir(self) -> Path:
@@ -98,6 +99,7 @@ def load_run(path: Path) -> Run:
         error=data.get("error"),
         extrapolation=extrapolation,
         wall_time_s=float(wall) if isinstance(wall, int | float) else None,
+        git_commit=data.get("git_commit") if isinstance(data.get("git_commit"), str) else None,
     )
 
 
