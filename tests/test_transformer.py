@@ -97,8 +97,10 @@ def test_shared_embeddings_are_counted_once():
     ],
 )
 def test_invalid_config_names_the_fields(overrides, names):
+    """One line naming the field, from the config (its own fields) or from the component that
+    has the rule (the positional encoding: attnlab.model.positions), when the model is built."""
     with pytest.raises(ValueError) as err:
-        tiny(**overrides)
+        Transformer(tiny(**overrides))
     for name in names:
         assert name in str(err.value)
     assert "\n" not in str(err.value)

@@ -48,3 +48,25 @@ def test_torchmetrics_default_chrf_is_not_sacrebleu_chrf():
     ours = CHRFScore()(hyps, [[r] for r in REFS]).item() * 100
     for word_order in (0, 2):
         assert abs(ours - sacrebleu.corpus_chrf(hyps, [REFS], word_order=word_order).score) > 0.1
+
+
+def test_perplexity_has_one_rule_and_one_home():
+    """exp(nll) capped at exp(50), for tensors and numbers, in attnlab.training.metrics only:
+    train/perplexity used to be uncapped while val/, per-length and attnlab-eval's were."""
+    import math
+    import re
+    from pathlib import Path
+
+    import torch
+
+    from attnlab.training.metrics import MAX_NLL, perplexity
+
+    assert perplexity(1.0) == math.e and perplexity(80.0) == math.exp(MAX_NLL)
+    assert torch.equal(perplexity(torch.tensor([1.0, 80.0])), torch.exp(torch.tensor([1.0, 50.0])))
+    src = Path(__file__).resolve().parents[1] / "src" / "attnlab"
+    elsewhere = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if p.name != "metrics.py" and re.search(r"(torch|math)\.exp\([^)]*nll", p.read_text())
+    ]
+    assert elsewhere == []

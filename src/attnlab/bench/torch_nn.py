@@ -13,7 +13,7 @@ import math
 from torch import Tensor, nn
 
 from attnlab.model.config import TransformerConfig
-from attnlab.model.positional import sinusoidal_encoding
+from attnlab.model.positions.sinusoidal import sinusoidal_encoding
 
 
 def unsupported(cfg: TransformerConfig) -> str | None:

@@ -39,6 +39,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_task(cfg, model.arch)
     _check_world_size(cfg)
     _check_targets(cfg)
+    _check_components(model)
     _check_synthetic_data(cfg, model)
     _check_resume_checkpoint(cfg, model)
     problems = check_data_config(to_plain(cfg.data))  # text data: every file read in full
@@ -291,7 +292,8 @@ def check_task(arch: str, task: str | None, data_name: str) -> None:
 
 
 def _check_synthetic_data(cfg: DictConfig, model: TransformerConfig) -> None:
-    """The synthetic DataModule's own argument rules; learned positions long enough."""
+    """The synthetic DataModule's own argument rules, and positions enough for its longest
+    sequence (an encoding with a limit: learned)."""
     if OmegaConf.get_type(cfg.data) is not SYNTHETIC_SCHEMA:
         return
     from attnlab.data.configs import SyntheticDataConfig, options_of
@@ -301,9 +303,28 @@ def _check_synthetic_data(cfg: DictConfig, model: TransformerConfig) -> None:
     kwargs.pop("_target_")
     options = options_of(SyntheticDataConfig, kwargs, SyntheticDataModule.__name__)
     raise_first(SyntheticDataModule.own_problems(options))  # the module's own rules, unbuilt
-    longest = max_positions(options)
-    if model.pos_encoding == "learned" and model.max_len < longest:
-        raise ValueError(
-            f"model.max_len={model.max_len} is shorter than the longest sequence of the data "
-            f"({longest}); learned positions need model.max_len >= {longest}"
-        )
+    raise_first([positions_problem(model, max_positions(options))])
+
+
+def positions_problem(model: TransformerConfig, needed: int) -> str | None:
+    """Unless the model's positional encoding represents `needed` positions (the one home of
+    the rule; attnlab.model.positions: only learned positions have a limit, model.max_len)."""
+    from attnlab.model.positions import encoding_class
+
+    limit = encoding_class(model.pos_encoding).limit(model)
+    if limit is None or limit >= needed:
+        return None
+    return (
+        f"model.max_len={limit} is shorter than the longest sequence of the data ({needed}); "
+        f"{model.pos_encoding} positions need model.max_len >= {needed}"
+    )
+
+
+def _check_components(model: TransformerConfig) -> None:
+    """The model's components' own rules (its positional encoding's: attnlab.model.positions),
+    asked without building them; errors name `model.<field>`."""
+    from attnlab.model.positions import encoding_class
+
+    problems = encoding_class(model.pos_encoding).problems(model)
+    if problems:
+        raise ValueError(_prefix_fields(problems[0], "model."))

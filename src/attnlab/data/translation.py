@@ -249,7 +249,7 @@ class Multi30kDataModule(TranslationDataModule):
         langs = (args["src_lang"], args["tgt_lang"])
         fetch = cls.fetches(args["root"], args["download"])
         if any(lang not in MULTI30K_LANGS for lang in langs) or not (fetch or root.is_dir()):
-            return []  # reported by own_problems (a missing root: one line, not six)
+            return []  # a missing root: one line from place_problems, not six missing files
         return [
             tuple(
                 DataFile("data.root", cls.split_file(root, split, lang), download=fetch)

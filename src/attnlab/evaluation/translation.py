@@ -3,7 +3,6 @@ detokenized text) and the perplexity of the references."""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from tqdm import tqdm
 from attnlab.data.text import collate_seq2seq
 from attnlab.evaluation.checkpoints import EvalError
 from attnlab.model.decoding import beam_search, greedy_decode, max_output_lengths
+from attnlab.training.metrics import perplexity as perplexity_of
 
 
 def split_files(run_dir: Path, split: str, data_overrides: dict) -> tuple[Path, Path]:
@@ -76,7 +76,7 @@ def perplexity(model, dataset, device, batch_size: int) -> tuple[float, float]:
         ).item()
         count += int(target.ne(model.config.pad_id).sum())
     nll = total / max(count, 1)
-    return math.exp(min(nll, 50.0)), nll
+    return perplexity_of(nll), nll
 
 
 def sacrebleu_scores(hyps: list[str], refs: list[str]) -> dict[str, float]:

@@ -5,7 +5,8 @@ Where to find each section of the paper:
     3.2.2 multi-head attention          attention.MultiHeadAttention
     3.3   position-wise FFN             layers.PositionwiseFeedForward
     3.4   embeddings (x sqrt(d_model))  layers.Embeddings
-    3.5   positional encoding           positional.sinusoidal_encoding (+ learned, RoPE, ALiBi)
+    3.5   positional encoding           positions.sinusoidal (+ learned, rope, alibi, none: one
+                                        module each, picked by name, positions.encoding_class)
     3.1   encoder / decoder layers      layers.EncoderLayer, layers.DecoderLayer
     3.1   encoder / decoder stacks      stacks.Encoder, stacks.Decoder
     Fig.1 the model                     transformer.Transformer
@@ -37,15 +38,11 @@ _HOMES = {
         "POS_ENCODINGS",
         "TransformerConfig",
     ),
-    "positional": (
-        "ALiBi",
-        "LearnedPositionalEmbedding",
-        "RotaryEmbedding",
-        "SinusoidalPositionalEncoding",
-        "alibi_slopes",
-        "apply_rope",
-        "sinusoidal_encoding",
-    ),
+    "positions.alibi": ("ALiBi", "alibi_slopes"),
+    "positions.learned": ("LearnedPositionalEmbedding",),
+    "positions.rope": ("RotaryEmbedding", "apply_rope"),
+    "positions.sinusoidal": ("SinusoidalPositionalEncoding", "sinusoidal_encoding"),
+    "positions.base": ("PositionalEncoding",),
     "stacks": ("Decoder", "Encoder"),
     "transformer": ("Transformer",),
 }

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from attnlab.model.config import ATTN_SCALES
 from attnlab.model.context import PLAIN, AttentionContext
-from attnlab.model.positional import apply_rope
+from attnlab.model.positions.rope import apply_rope
 from attnlab.validation import choice_problem, raise_first
 
 
@@ -184,7 +184,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._self_qkv(x, ctx)
         else:
             q, k, v = self._cross_qkv(x, memory, ctx)  # q (B, H, T, d_k), k, v (B', H, S, d_k)
-        shared = SharedKeys.of(q.size(0), k.size(0), ctx.causal or ctx.alibi is not None)
+        shared = SharedKeys.of(q.size(0), k.size(0), ctx.causal or ctx.bias is not None)
         out, weights = shared.attend(self._attend, q, k, v, ctx)  # (B, H, T, d_k)
         b, _, t, _ = q.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k)  # (B, T, H * d_k)
@@ -210,8 +210,8 @@ class MultiHeadAttention(nn.Module):
         """Q, K, V of x, each (B, H, T, d_k); with a cache, K and V after the cached ones."""
         q, k, v = self._project(x, self.w_q, self.w_k, self.w_v, ctx=ctx)
         q, k = self.q_norm(q), self.k_norm(k)
-        if ctx.rope is not None:
-            q, k = apply_rope(q, *ctx.rope), apply_rope(k, *ctx.rope)
+        if ctx.rotation is not None:
+            q, k = apply_rope(q, *ctx.rotation), apply_rope(k, *ctx.rotation)
         if ctx.cache is not None:
             k, v = ctx.cache.extend(k, v)
         return q, k, v
@@ -254,26 +254,26 @@ class MultiHeadAttention(nn.Module):
         """Eq. 1 on q (B, H, T, d_k), k, v (B, H, S, d_k): the reference path when the weights
         are wanted, else the fused path. Returns (B, H, T, d_k) and the weights or None."""
         dropout_p = self.dropout if self.training else 0.0
-        alibi = ctx.alibi.to(q.dtype) if ctx.alibi is not None else None
+        bias = ctx.bias.to(q.dtype) if ctx.bias is not None else None
         key_padding_mask, causal = ctx.key_padding_mask, ctx.causal
         t, s = q.size(2), k.size(2)
         if ctx.need_weights:
             allowed = build_allowed(key_padding_mask, causal, t, s, q.device)
-            return scaled_dot_product_attention(q, k, v, allowed, alibi, dropout_p, self.scale)
-        return self._fused(q, k, v, key_padding_mask, causal, alibi, dropout_p), None
+            return scaled_dot_product_attention(q, k, v, allowed, bias, dropout_p, self.scale)
+        return self._fused(q, k, v, key_padding_mask, causal, bias, dropout_p), None
 
-    def _fused(self, q, k, v, key_padding_mask, causal, alibi, dropout_p) -> Tensor:
+    def _fused(self, q, k, v, key_padding_mask, causal, bias, dropout_p) -> Tensor:
         """F.scaled_dot_product_attention with the least mask it needs (see the module
         docstring): nothing, is_causal, or an explicit bool mask / float bias."""
         t, s = q.size(2), k.size(2)
-        if causal and t > 1 and t == s and key_padding_mask is None and alibi is None:
+        if causal and t > 1 and t == s and key_padding_mask is None and bias is None:
             return F.scaled_dot_product_attention(
                 q, k, v, dropout_p=dropout_p, is_causal=True, scale=self.scale
             )
         allowed = build_allowed(key_padding_mask, causal, t, s, q.device)
         mask = allowed
-        if alibi is not None:
-            mask = alibi if allowed is None else torch.where(allowed, alibi, float("-inf"))
+        if bias is not None:
+            mask = bias if allowed is None else torch.where(allowed, bias, float("-inf"))
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scale
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
+from attnlab.model.positions import NAMES as _ENCODINGS
 from attnlab.validation import (
     choice_problem,
     integer_problem,
@@ -23,7 +24,7 @@ from attnlab.validation import (
 Arch = Literal["encoder_decoder", "decoder_only"]
 NormPosition = Literal["pre", "post"]
 NormType = Literal["layernorm", "rmsnorm"]
-PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
+PosEncoding = Literal[_ENCODINGS]  # the modules of attnlab.model.positions
 Init = Literal["xavier", "depth_scaled"]
 Activation = Literal["relu", "gelu"]
 AttnScale = Literal["sqrt_dk", "none"]
@@ -37,14 +38,18 @@ ACTIVATIONS = get_args(Activation)
 ATTN_SCALES = get_args(AttnScale)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TransformerConfig:
     """Hyper-parameters of the Transformer. Defaults are the paper's base model (Table 3).
 
     d_k=None means d_model / n_heads (the paper); an explicit d_k decouples the per-head width
     from d_model, as in Table 3 rows (A) and (B). `max_len` bounds learned positions (and the
     precomputed sinusoidal table, which grows on demand); None means "no bound", legal for
-    every encoding except "learned".
+    every encoding except "learned". `pos_encoding` names a module of attnlab.model.positions,
+    which checks its own rules on these fields (RoPE: an even d_k; learned: a max_len;
+    sinusoidal: an even d_model) when the model is built and in attnlab-train's preflight.
+
+    Frozen: checked once, when made; `dataclasses.replace(cfg, field=...)` makes a changed copy.
 
     Controls for classic mistakes (defaults are the paper): `attn_scale="none"` drops Eq. 1's
     1/sqrt(d_k); `mask_source_padding=False` lets encoder self-attention and cross-attention
@@ -104,7 +109,6 @@ class TransformerConfig:
             self._layer_problems,
             self._dropout_problems,
             self._head_problems,
-            self._position_problems,
             self._flag_problems,
             self._pad_problems,
         ):
@@ -156,24 +160,6 @@ class TransformerConfig:
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
                 "(with d_k unset, d_k = d_model / n_heads); choose n_heads dividing d_model "
                 "or set d_k explicitly"
-            ]
-        if self.pos_encoding == "rope" and self.head_dim % 2 != 0:
-            return [
-                not_valid(
-                    "d_k",
-                    self.head_dim,
-                    "an even head width with pos_encoding='rope' (d_k = d_model / n_heads "
-                    "unless set)",
-                )
-            ]
-        return []
-
-    def _position_problems(self) -> list[str]:
-        if self.pos_encoding == "learned" and self.max_len is None:
-            return [not_valid("max_len", None, "an integer >= 1 with pos_encoding='learned'")]
-        if self.pos_encoding == "sinusoidal" and self.d_model % 2 != 0:
-            return [
-                not_valid("d_model", self.d_model, "an even number with pos_encoding='sinusoidal'")
             ]
         return []
 

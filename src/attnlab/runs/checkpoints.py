@@ -75,7 +75,7 @@ def resume_problem(path: Path, model: dict, shown: int = 3) -> str | None:
         return problem
     saved = ckpt["hyper_parameters"]["model"]
     keys = [k for k in ARCHITECTURE_KEYS if k in model and k in saved]
-    if saved.get("pos_encoding") == "learned" and "max_len" in model:
+    if "max_len" in model and _has_position_limit(saved):  # a learned table's size
         keys.append("max_len")
     differ = [k for k in keys if saved[k] != model[k]]
     if not differ:
@@ -83,6 +83,16 @@ def resume_problem(path: Path, model: dict, shown: int = 3) -> str | None:
     more = f" and {len(differ) - shown} more" if len(differ) > shown else ""
     pairs = "; ".join(f"model.{k}={saved[k]!r} there, {model[k]!r} here" for k in differ[:shown])
     return f"is a checkpoint of another architecture: {pairs}{more}"
+
+
+def _has_position_limit(saved: dict) -> bool:
+    """Does the saved model's positional encoding have a table sized by max_len (learned)?"""
+    from types import SimpleNamespace
+
+    from attnlab.model.positions import NAMES, encoding_class
+
+    name = saved.get("pos_encoding")
+    return name in NAMES and encoding_class(name).limit(SimpleNamespace(**saved)) is not None
 
 
 def candidates(run_dir: Path) -> list[Path]:

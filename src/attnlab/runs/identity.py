@@ -21,38 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.runs.dotted import flatten
+from attnlab.runs.overrides import NON_DEFINING, is_defining, override_key
 from attnlab.runs.record import run_name
 
-# Overrides that do not change what a run computes: where it writes, how it logs and resumes.
-NON_DEFINING = (
-    "resume",
-    "paths.",
-    "logger",
-    "hydra.",
-    "group",
-    "tags",
-    "run_name",
-    "checkpoint.",
-    "trainer.enable_progress_bar",
-)
+__all__ = ["NON_DEFINING", "is_defining"]  # re-exported: their home is attnlab.runs.overrides
 
 
 class RunConfigChanged(ValueError):
     """A run directory was trained with a config that differs from the one now composed."""
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def is_defining(key: str) -> bool:
-    """Does the dotted config key `key` change what a run computes (not in NON_DEFINING)?"""
-    return not any(key == p.rstrip(".") or key.startswith(p) for p in NON_DEFINING)
-
-
 def defining_overrides(overrides: list[str]) -> list[str]:
     """The overrides that define the run, sorted so that their order does not matter."""
-    return sorted(o.strip() for o in overrides if is_defining(_key(o)))
+    return sorted(o.strip() for o in overrides if is_defining(override_key(o) or o))
 
 
 def config_drift(

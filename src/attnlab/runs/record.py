@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.runs.overrides import in_name
 from attnlab.runs.status import STATUSES, Status
 
 # The keys an ablation varies: always recorded in results.json (with any overridden key).
@@ -36,18 +37,6 @@ ALIASES = {
     "scheduler.warmup_steps": "wu",
     "seed": "s",
 }
-# Overrides that do not change what is learned, left out of the run name.
-_NOT_IN_NAME = (
-    "trainer",
-    "logger",
-    "callbacks",
-    "paths",
-    "hydra",
-    "name",
-    "group",
-    "tags",
-    "run_name",
-)
 
 
 def git_commit(path: Path | str | None = None) -> str | None:
@@ -85,7 +74,7 @@ def run_name(overrides: list[str], default: str) -> str:
     parts: dict[str, str] = {}
     for override in overrides:
         key, value = _split_override(override)
-        if not value or key.split(".")[0].split("/")[0] in _NOT_IN_NAME:
+        if not value or not in_name(key):
             continue
         parts.pop(key, None)
         if looks_like_path(value):

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from attnlab.runs.overrides import override_key
+
 METHODS = ("grid", "random")
 DISTRIBUTIONS = (
     "constant",
@@ -35,7 +37,6 @@ DISTRIBUTIONS = (
 )
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
 _ENVVAR_MACRO = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")
-_OVERRIDE = re.compile(r"^(?:~|\+{1,2})?([A-Za-z_][\w.@/-]*)(=|$)")
 _SAFE_VALUE = re.compile(r"^[\w./+:-]+$")
 
 
@@ -301,14 +302,6 @@ def expand_command(command: Sequence, variables: Mapping[str, list]) -> list[str
         else:
             argv.append(token)
     return argv
-
-
-def override_key(token: str) -> str | None:
-    """`+model.n_heads=8` -> `model.n_heads`; None when the token is not a Hydra override."""
-    match = _OVERRIDE.match(token)
-    if not match or (match.group(2) == "" and not token.startswith("~")):
-        return None
-    return match.group(1)
 
 
 def hydra_quote(value: str) -> str:

@@ -20,13 +20,16 @@ null metrics and a `reason`, not a crash. `LengthExtrapolation` runs this at the
 
 from __future__ import annotations
 
-import math
-
 import lightning as L
 import torch
 import torch.nn.functional as F
 
-from attnlab.training.metrics import exact_match, greedy_token_accuracy, token_accuracy
+from attnlab.training.metrics import (
+    exact_match,
+    greedy_token_accuracy,
+    perplexity,
+    token_accuracy,
+)
 
 SEQ_METRICS = ("greedy_exact_match", "greedy_token_acc", "teacher_forced_token_acc", "nll")
 LM_METRICS = ("perplexity", "nll", "teacher_forced_token_acc")
@@ -38,12 +41,16 @@ def metric_names(datamodule) -> tuple[str, ...]:
 
 
 def unrepresentable(model_config, datamodule, length: int) -> str | None:
-    """Why the model cannot read inputs of `length`, or None when it can."""
+    """Why the model cannot read inputs of `length` (its positional encoding's limit: learned
+    positions, model.max_len), or None when it can."""
+    from attnlab.model.positions import encoding_class
+
     needed = datamodule.positions_needed(length)
-    if model_config.pos_encoding == "learned" and needed > model_config.max_len:
+    limit = encoding_class(model_config.pos_encoding).limit(model_config)
+    if limit is not None and needed > limit:
         return (
-            f"learned positions: length {length} needs {needed} positions, "
-            f"model.max_len={model_config.max_len}"
+            f"{model_config.pos_encoding} positions: length {length} needs {needed} positions, "
+            f"model.max_len={limit}"
         )
     return None
 
@@ -101,7 +108,7 @@ def _score(module, batches, names) -> dict[str, float | None]:
             greedy_correct, greedy_tokens = greedy_correct + c.item(), greedy_tokens + n.item()
     nll = nll_sum / max(tokens, 1)
     values = {"nll": nll, "teacher_forced_token_acc": correct / max(tokens, 1)}
-    values["perplexity"] = math.exp(min(nll, 50.0))
+    values["perplexity"] = perplexity(nll)
     values["greedy_exact_match"] = matches / max(sequences, 1)
     values["greedy_token_acc"] = greedy_correct / max(greedy_tokens, 1)
     return {name: values[name] for name in names}

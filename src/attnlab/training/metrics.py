@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
+
+# Perplexity is exp(nll) with nll capped here, so a diverged run's is a large number, not inf
+# (the one rule for train/, val/, test/, per-length and attnlab-eval perplexities).
+MAX_NLL = 50.0
+
+
+def perplexity(nll: Tensor | float) -> Tensor | float:
+    """exp(min(nll, MAX_NLL)): a tensor for a tensor (no host sync), a float for a number."""
+    if isinstance(nll, Tensor):
+        return torch.exp(nll.clamp(max=MAX_NLL))
+    return math.exp(min(float(nll), MAX_NLL))
 
 
 def token_accuracy(logits: Tensor, targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:

@@ -32,7 +32,7 @@ from torchmetrics import MaxMetric, MeanMetric, MinMetric
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.training.diagnostics import probe
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss, z_loss
-from attnlab.training.metrics import exact_match, token_accuracy
+from attnlab.training.metrics import exact_match, perplexity, token_accuracy
 from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.options import LOSS_NORMALIZATIONS
 from attnlab.training.schedules import lr_lambda, peak_of, schedule_from_config
@@ -182,7 +182,7 @@ class TransformerModule(L.LightningModule):
         g_n, bs = g_tokens.clamp(min=1), targets.size(0)  # rows, or tokens when (N,)
         self.log("train/loss", loss_sum / g_n, on_step=True, prog_bar=True, batch_size=bs)
         self.log("train/nll", nll_sum / g_n, on_step=True, batch_size=bs)
-        self.log("train/perplexity", torch.exp(nll_sum / g_n), on_step=True, batch_size=bs)
+        self.log("train/perplexity", perplexity(nll_sum / g_n), on_step=True, batch_size=bs)
         self.log("train/token_acc", g_correct / g_total.clamp(min=1), on_step=True, batch_size=bs)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, batch_size=bs)
 
@@ -276,7 +276,7 @@ class TransformerModule(L.LightningModule):
                 values[name] = metric.compute()
             metric.reset()
         if "nll" in values:
-            values["perplexity"] = torch.exp(values["nll"].clamp(max=50.0))
+            values["perplexity"] = perplexity(values["nll"])
         # compute() already reduced over DDP ranks; sync_dist only states that (same values).
         for name, value in values.items():
             self.log(

@@ -1,0 +1,44 @@
+"""Positional information as components: Section 3.5 (sinusoidal) and its rivals.
+
+Each encoding is one module of this package, named as users type it (`model.pos_encoding=rope`
+is rope.py), holding one PositionalEncoding subclass (base.py) exported as `ENCODING`. A new
+encoding is a new module here (and its test): the choices (NAMES) are the modules found in this
+folder, read without importing them, so the config schema and `attnlab-train --help` stay free of
+torch; `encoding_class(name)` imports the one a model uses.
+
+What an encoding gives the model (base.PositionalEncoding):
+- absolute positions, added to the scaled token embeddings at the bottom of each stack
+  (sinusoidal, learned);
+- relative positions for self-attention: a rotation of queries and keys (RoPE) or a bias added
+  to the scores (ALiBi);
+- or nothing (none).
+None acts in encoder-decoder cross-attention: a target position and a source position live on
+different axes, so their "distance" has no meaning (the decoder still sees word order through its
+own self-attention, and the encoder through its own).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+# The paper's encoding first, then its rivals in the order the report discusses them; encodings
+# added later follow, by name.
+_ORDER = ("sinusoidal", "learned", "rope", "alibi", "none")
+_NOT_ENCODINGS = {"__init__", "base"}
+
+
+def _discover() -> tuple[str, ...]:
+    found = {p.stem for p in Path(__file__).parent.glob("*.py")} - _NOT_ENCODINGS
+    known = [name for name in _ORDER if name in found]
+    return (*known, *sorted(found - set(known)))
+
+
+NAMES: tuple[str, ...] = _discover()
+
+
+def encoding_class(name: str):
+    """The PositionalEncoding subclass of `name` (one of NAMES); ValueError otherwise."""
+    if name not in NAMES:
+        raise ValueError(f"pos_encoding={name!r} is not valid; expected one of: {', '.join(NAMES)}")
+    return importlib.import_module(f"{__name__}.{name}").ENCODING

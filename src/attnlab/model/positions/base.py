@@ -1,0 +1,62 @@
+"""The interface every positional encoding implements (see the package's docstring)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class RelativePositions:
+    """What an encoding gives one self-attention call of T queries, the last T of S positions:
+    rotation: (cos, sin), each (T, d_k/2), applied to queries and new keys (RoPE), or None;
+    bias: (1, H, T, S), added to the attention scores (ALiBi), or None."""
+
+    rotation: tuple[Tensor, Tensor] | None = None
+    bias: Tensor | None = None
+
+
+NO_RELATIVE = RelativePositions()
+
+
+class PositionalEncoding(nn.Module):
+    """One way to give the model word order. Each stack owns one, built by `from_config` (its
+    state, e.g. a learned table, is the stack's `positions.*`).
+
+    Subclasses implement `build(cfg)` and override what they provide: `absolute` (added to the
+    embeddings), `relative` (for self-attention), `limit` (the most positions a config's
+    encoding represents), and `problems` (their own rules on the config's fields, one line each
+    naming the field; `from_config` raises the first, and the preflight asks them before
+    anything is built)."""
+
+    @classmethod
+    def from_config(cls, cfg) -> PositionalEncoding:
+        """The encoding for `cfg` (a TransformerConfig), checked by its own rules."""
+        problems = cls.problems(cfg)
+        if problems:
+            raise ValueError(problems[0])
+        return cls.build(cfg)
+
+    @classmethod
+    def build(cls, cfg) -> PositionalEncoding:
+        return cls()
+
+    @classmethod
+    def problems(cls, cfg) -> list[str]:
+        """What this encoding cannot work with in `cfg`, one line each (field=value ...)."""
+        return []
+
+    @classmethod
+    def limit(cls, cfg) -> int | None:
+        """The most positions the encoding of `cfg` represents; None: any number."""
+        return None
+
+    def absolute(self, t: int, offset: int = 0) -> Tensor | None:
+        """(1, T, d_model) for positions offset .. offset + T - 1, added to the embeddings; None
+        for an encoding that adds nothing there."""
+        return None
+
+    def relative(self, t: int, s: int, like: Tensor) -> RelativePositions:
+        """For T queries that are the last T of S positions (on like's device, in its dtype)."""
+        return NO_RELATIVE
