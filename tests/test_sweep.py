@@ -329,11 +329,9 @@ def test_local_sweep_records_failed_and_diverged_trials_and_goes_on(tmp_path, ca
     assert diverged["exit_code"] == 3 and diverged["error"] == "loss is not finite"
     done = by_name["000-pos_encoding_rope-seed_1"]
     results = json.loads(Path(done["results"]).read_text())
-    assert results["overrides"][-3:] == [
-        "group=fake",
-        "trainer.max_steps=3",
-        f"hydra.run.dir={out}/000-pos_encoding_rope-seed_1",
-    ]
+    # as attnlab-train records them: the trial's overrides without hydra.run.dir
+    assert results["overrides"][-2:] == ["group=fake", "trainer.max_steps=3"]
+    assert results["run_dir"] == f"{out}/000-pos_encoding_rope-seed_1"
     assert done["metric"] == results["metrics"]["val/loss"]
 
     # --parallel 2: at most two trials at once, and trials did overlap
@@ -350,6 +348,34 @@ def test_local_sweep_records_failed_and_diverged_trials_and_goes_on(tmp_path, ca
     assert "| 002-pos_encoding_alibi-seed_1 | failed |" in md
     assert "6 trials, 2 completed, 2 diverged, 2 failed" in md
     assert re.search(r"000-pos_encoding_rope-seed_1 +completed +\d+\.\d+ +\d+\.\d s", console)
+
+
+def test_a_resumed_sweep_keeps_completed_trials_without_starting_them(tmp_path, capsys):
+    """Resuming with --out: a trial that completed with the same overrides is kept (no process,
+    its files untouched); one that failed runs again, its log appended below the first
+    attempt's; a completed trial whose overrides changed runs again."""
+    knobs = ["fake.sleep=0.1", "fake.fail_on=x:2"]
+    path = fake_sweep(tmp_path, {"x": {"values": [1, 2]}}, knobs, name="again")
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    kept, failed = out / "000-x_1", out / "001-x_2"
+    before = (kept / "results.json").read_text(), (kept / "trial.log").read_text()
+    capsys.readouterr()
+
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    console = capsys.readouterr().out
+    assert "[1/2] kept      000-x_1 (completed earlier)" in console
+    assert "001-x_2" in console and "started   001-x_2" in console
+    assert ((kept / "results.json").read_text(), (kept / "trial.log").read_text()) == before
+    assert (failed / "trial.log").read_text().count("fake failure") == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert [t["status"] for t in summary["trials"]] == ["completed", "failed"]
+    assert summary["trials"][0]["metric"] == json.loads(before[0])["metrics"]["val/loss"]
+
+    # the same folder, another override: not the same trial, so it runs
+    assert sweep.main([str(path), "--out", str(out), "trainer.max_steps=3"]) == 1
+    assert "kept" not in capsys.readouterr().out
+    assert (kept / "results.json").read_text() != before[0]
 
 
 def test_gpu_pinning_never_shares_a_device_between_running_trials(tmp_path):

@@ -124,6 +124,17 @@ def read_results(run_dir: Path | None) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def completed_earlier(trial: Trial) -> dict | None:
+    """results.json of an earlier run of this very trial (the same overrides, `hydra.*` aside)
+    that completed, or None. A resumed sweep keeps such a trial without starting its process
+    (about 12 s of imports each on a small CPU, just to hear "already completed")."""
+    results = read_results(trial.run_dir)
+    if not results or results.get("status") != Status.COMPLETED:
+        return None
+    wanted = [o for o in trial.overrides if not o.startswith("hydra.")]
+    return results if results.get("overrides") == wanted else None
+
+
 def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: str) -> None:
     """Set status, metric and error from results.json (whose status wins) and the exit code."""
     result.exit_code = exit_code
@@ -195,7 +206,9 @@ class _TrialPool:
     def run(self) -> None:
         while self.pending or self.running:
             while self.pending and len(self.running) < self.slots:
-                self.start(self.pending.popleft())
+                result = self.pending.popleft()
+                if not self.keep(result):
+                    self.start(result)
             done = [p for p in self.running if p.poll() is not None]
             for proc in done:
                 self.reap(proc)
@@ -211,12 +224,25 @@ class _TrialPool:
     def _progress(self, result: TrialResult) -> str:
         return f"[{result.trial.index + 1}/{len(self.results)}]"
 
+    def keep(self, result: TrialResult) -> bool:
+        """A trial that completed in an earlier run of the sweep: recorded, not started."""
+        results = completed_earlier(result.trial) if result.trial.run_dir else None
+        if results is None:
+            return False
+        result.status, result.exit_code = Status.COMPLETED, 0
+        result.wall_time_s = results.get("wall_time_s")
+        value = (results.get("metrics") or {}).get(self.metric_name)
+        result.metric = float(value) if isinstance(value, (int, float)) else None
+        self.log(f"{self._progress(result)} kept      {result.trial.label} (completed earlier)")
+        return True
+
     def start(self, result: TrialResult) -> None:
-        """Start the trial's process, its output going to <run_dir>/trial.log."""
+        """Start the trial's process, its output appended to <run_dir>/trial.log (an earlier
+        attempt's output stays above it)."""
         trial = result.trial
         result.gpus = self.free.popleft() if self.groups else None
         trial.run_dir.mkdir(parents=True, exist_ok=True)
-        logfile = open(result.log_path, "w")  # closed in reap(), when the trial ends
+        logfile = open(result.log_path, "a")  # closed in reap(), when the trial ends
         logfile.write(f"$ {shlex.join(trial.command)}\n")
         if result.gpus is not None:
             logfile.write(f"# CUDA_VISIBLE_DEVICES={result.gpus}\n")
