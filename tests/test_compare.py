@@ -12,7 +12,7 @@ import pytest
 
 from attnlab.analysis import groups as grouping
 from attnlab.analysis import runs as reading
-from attnlab.analysis.plots import read_curve
+from attnlab.analysis.plots import read_curve, y_scale
 from attnlab.cli import compare
 from attnlab.runs.dotted import flatten
 
@@ -179,6 +179,19 @@ def test_read_curve_skips_sparse_rows(runs_dir):
     assert steps == [0, 10, 20, 30]
     assert values[0] == pytest.approx(6.0)
     assert read_curve(runs_dir / "rope-s3" / "metrics.csv", "val/nll") == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("values", "scale"),
+    [
+        ([2.4, 3.1, 350.0, 31000.0], "log"),  # qk_norm's logits against a run without it
+        ([0.5, 0.9, 2.8], "linear"),  # an nll curve: one axis reads it
+        ([-0.01, 0.02, 50.0], "linear"),  # a std band below zero: no log axis
+        ([1.0, float("inf"), 5.0], "linear"),  # a diverged value is not a span
+    ],
+)
+def test_curves_spanning_orders_of_magnitude_get_a_log_axis(values, scale):
+    assert y_scale(values) == scale
 
 
 def test_runs_never_validated_still_get_plots_of_their_test_metrics(tmp_path, capsys):

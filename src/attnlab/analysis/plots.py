@@ -38,7 +38,10 @@ def plot_curves(groups: Sequence[Group], names: dict, metric: str, path: Path) -
     if not (y_seen or y_other):
         plt.close(fig)
         return False
-    _fit_y_limits(ax, y_seen, y_other)
+    if y_scale(y_seen + y_other) == "log":
+        ax.set_yscale("log")  # e.g. an attention logit of 3 with qk_norm against 30000 without
+    else:
+        _fit_y_limits(ax, y_seen, y_other)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric}: mean over seeds, band = ±1 std")
@@ -78,6 +81,15 @@ def _draw_unfinished_run(ax, run: Run, metric: str, color: str, label: str) -> l
     ax.plot([], [], color=color, ls=":", marker="x",
             label=f"{label}: {run.status} (seed {fmt_value(run.seed)})")  # fmt: skip
     return [v for _, v in finite]
+
+
+def y_scale(values: Sequence[float]) -> str:
+    """"log" when every value is positive and they span at least two orders of magnitude (a
+    linear axis would flatten all but the largest curve), else "linear"."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite or min(finite) <= 0:
+        return "linear"
+    return "log" if max(finite) / min(finite) >= 100 else "linear"
 
 
 def _fit_y_limits(ax, y_seen: list[float], y_other: list[float]) -> None:
