@@ -34,8 +34,10 @@ def _spec(path: Path) -> dict:
 
 
 @cache
+@cache  # composed once for the several tests that read a sweep's arms
 def _arms(name: str) -> dict[tuple, dict]:
-    """{swept values (seed 1): flat composed config} of every arm of sweeps/<name>.yaml."""
+    """{swept values (seed 1): flat composed config} of every arm of sweeps/<name>.yaml (the
+    tests only read them)."""
     path = REPO / "sweeps" / f"{name}.yaml"
     arms = {}
     for trial in expand_sweep(path):
