@@ -44,9 +44,14 @@ fi
 if want lr_sensitivity; then
   stage "2 Pre-LN / Post-LN x warmup x qk_norm over peak learning rates"
   attnlab-sweep sweeps/lr_sensitivity.yaml "${SWEEP[@]}" --out $OUT/lr_sensitivity "${COMMON[@]}" || true
-  attnlab-compare $OUT/lr_sensitivity --out $IMG/lr_sensitivity
-  attnlab-compare $OUT/lr_sensitivity --select-seeds 1 --out $IMG/lr_sensitivity_select
+  # each arm's best rate chosen on seed 1, the arms compared on seeds 2 and 3; the paper's recipe
+  # (sweep.yaml's baseline: Post-LN, 300 warmup steps, no qk_norm) as the baseline
+  attnlab-compare $OUT/lr_sensitivity --select-seeds 1 --baseline model.norm_position=post \
+    --baseline scheduler.warmup_steps=300 --baseline model.qk_norm=false --out $IMG/lr_sensitivity
   keep lr_sensitivity
+  # the largest attention logit of a rate that fails without qk_norm and trains with it
+  attnlab-compare $OUT/lr_sensitivity/*-norm_position_pre-warmup_steps_300-qk_norm_*-peak_lr_0.1 \
+    --curve-metric diag/attn_logit_max --out $IMG/lr_sensitivity_logits
 fi
 
 if want norm_warmup; then
