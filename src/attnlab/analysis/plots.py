@@ -84,8 +84,8 @@ def _draw_unfinished_run(ax, run: Run, metric: str, color: str, label: str) -> l
 
 
 def y_scale(values: Sequence[float]) -> str:
-    """"log" when every value is positive and they span at least two orders of magnitude (a
-    linear axis would flatten all but the largest curve), else "linear"."""
+    """The y axis for these values: log when every value is positive and they span at least two
+    orders of magnitude (a linear axis would flatten all but the largest curve), else linear."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite or min(finite) <= 0:
         return "linear"
