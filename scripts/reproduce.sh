@@ -126,12 +126,11 @@ fi
 if want attn_scale; then
   stage "6 classic bugs: no 1/sqrt(d_k) at d_k 16, 64, 128"
   attnlab-sweep sweeps/attn_scale.yaml "${SWEEP[@]}" --out $OUT/attn_scale "${COMMON[@]}" || true
-  for dk in 16 64 128; do
-    attnlab-compare $OUT/attn_scale/*-d_k_${dk}-* --metric test/nll --columns test/nll \
-      --columns test/exact_match --out $IMG/attn_scale_dk${dk}
+  for dk in 16 64 128; do  # each width against its own scaled model
+    attnlab-compare $OUT/attn_scale/*-d_k_${dk}-* --metric test/nll --baseline model.attn_scale=sqrt_dk \
+      --columns test/nll --columns test/exact_match --out $IMG/attn_scale_dk${dk}
+    keep attn_scale_dk${dk}
   done
-  attnlab-compare $OUT/attn_scale --metric test/nll --out $IMG/attn_scale
-  keep attn_scale
 fi
 
 if want attention; then
