@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
+from attnlab.runs.identity import defining_overrides
 from attnlab.runs.status import EXIT_BAD_CONFIG, FINAL_STATUSES, Status, status_from_exit_code
 from attnlab.sweeps.spec import Trial
 
@@ -125,14 +126,21 @@ def read_results(run_dir: Path | None) -> dict | None:
 
 
 def completed_earlier(trial: Trial) -> dict | None:
-    """results.json of an earlier run of this very trial (the same overrides, `hydra.*` aside)
-    that completed, or None. A resumed sweep keeps such a trial without starting its process
-    (about 12 s of imports each on a small CPU, just to hear "already completed")."""
+    """results.json of an earlier run of this very trial that completed, or None: the same
+    defining overrides, the rule by which attnlab-train itself would answer "already
+    completed" (attnlab.runs.identity). A resumed sweep keeps such a trial without starting its
+    process (about 12 s of imports each on a small CPU, just to hear that)."""
     results = read_results(trial.run_dir)
     if not results or results.get("status") != Status.COMPLETED:
         return None
-    wanted = [o for o in trial.overrides if not o.startswith("hydra.")]
-    return results if results.get("overrides") == wanted else None
+    recorded = results.get("overrides") or []
+    return results if defining_overrides(recorded) == defining_overrides(trial.overrides) else None
+
+
+def _metric(results: dict | None, name: str) -> float | None:
+    """The numeric metric `name` of a results.json, else None."""
+    value = ((results or {}).get("metrics") or {}).get(name)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: str) -> None:
@@ -147,9 +155,7 @@ def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: 
             Status.FAILED if status == Status.CONFIG_ERROR else status
         )  # counted as a failed trial
     result.status = status
-    metrics = (results or {}).get("metrics") or {}
-    value = metrics.get(metric_name)
-    result.metric = float(value) if isinstance(value, (int, float)) else None
+    result.metric = _metric(results, metric_name)
     if status != Status.COMPLETED:
         error = (results or {}).get("error")
         if not error:
@@ -226,13 +232,12 @@ class _TrialPool:
 
     def keep(self, result: TrialResult) -> bool:
         """A trial that completed in an earlier run of the sweep: recorded, not started."""
-        results = completed_earlier(result.trial) if result.trial.run_dir else None
+        results = completed_earlier(result.trial)
         if results is None:
             return False
         result.status, result.exit_code = Status.COMPLETED, 0
         result.wall_time_s = results.get("wall_time_s")
-        value = (results.get("metrics") or {}).get(self.metric_name)
-        result.metric = float(value) if isinstance(value, (int, float)) else None
+        result.metric = _metric(results, self.metric_name)
         self.log(f"{self._progress(result)} kept      {result.trial.label} (completed earlier)")
         return True
 
