@@ -63,7 +63,7 @@ CASES = [
     ("d_k", lambda t: ["model.d_k=0"], "model.d_k"),
     ("dropout", lambda t: ["model.dropout=-0.1"], "model.dropout=-0.1"),
     ("unknown_key", lambda t: ["model.fooo=1"], "model.fooo"),
-    ("scheduler", lambda t: ["scheduler.name=nope"], "scheduler.name='nope'"),
+    ("scheduler", lambda t: ["scheduler=nope"], "scheduler='nope' is not valid; expected one of"),
     ("warmup", lambda t: ["scheduler.warmup_steps=-1"], "scheduler.warmup_steps"),
     ("lr_type", lambda t: ["scheduler.peak_lr=abc"], "scheduler.peak_lr"),
     ("label_smoothing", lambda t: ["loss.label_smoothing=1.5"], "loss.label_smoothing"),

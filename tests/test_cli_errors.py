@@ -32,9 +32,14 @@ BAD = [
         "replace; add it with a +: +table3=<option> (e.g. +table3=A1)",
     ),  # fmt: skip
     (
-        "scheduler.name=nope",
-        "scheduler.name='nope' is not valid; expected one of: noam, inverse_sqrt, cosine, constant",
+        "scheduler.name=noam",
+        "scheduler.name is not a key; the schedule is chosen by its group: scheduler=<option>; "
+        "expected one of: constant, cosine, inverse_sqrt, noam",
     ),
+    ("scheduler=nope", "scheduler='nope' is not valid; expected one of: constant, cosine, inv"),
+    ("optim.name=adamw", "optim.name is not a key; the optimizer is chosen by its group: optim="),
+    ("scheduler.scale=2", "scheduler.scale is not a key of scheduler; expected one of: peak_lr,"),
+    ("scheduler.warmup_steps=abc", "scheduler.warmup_steps='abc' is not valid; expected an int"),
     (
         "data=nope",
         "data='nope' is not valid; expected one of: copy, lm_text, multi30k, parallel_text, "
@@ -57,11 +62,11 @@ BAD = [
         "trainer.fast_dev_rn is not a key of trainer; did you mean trainer.fast_dev_run?",
     ),
     ("trainer.logger=x", "trainer.logger is set by attnlab-train; use logger="),
-    ("scheduler.peak_lr=-1", "scheduler.peak_lr=-1.0 is not valid; expected a number > 0"),
-    ("scheduler.peak_lr=0", "scheduler.peak_lr=0.0 is not valid; expected a number > 0"),
+    ("scheduler.peak_lr=-1", "scheduler.peak_lr=-1 is not valid; expected a number > 0"),
+    ("scheduler.peak_lr=0", "scheduler.peak_lr=0 is not valid; expected a number > 0"),
     (
         "scheduler.peak_lr=null",
-        "scheduler.peak_lr=null is not valid with scheduler.name=cosine; expected a number > 0",
+        "scheduler.peak_lr=null is not valid with Cosine; expected a number > 0",
     ),
     ("optim.lr=0.5", "optim.lr is not a key; the peak learning rate has one home"),
     ("loss.z_loss=-1", "loss.z_loss=-1.0 is not valid; expected a number >= 0"),
@@ -223,4 +228,5 @@ def test_a_target_whose_module_fails_to_import_says_why(tmp_path, monkeypatch):
     problem = _target_problem("broken_builders.build")
     assert problem.startswith("cannot be imported (ModuleNotFoundError:"), problem
     assert "no_such_dependency" in problem
-    assert _target_problem("attnlab.training.optimizer.build_optimizer") is None
+    assert _target_problem("attnlab.training.schedules.Noam") is None
+    assert _target_problem("torch.optim.AdamW") is None

@@ -20,7 +20,8 @@ from attnlab.model import Transformer, TransformerConfig
 from attnlab.runs.dotted import flatten
 from attnlab.runs.loggers import build_loggers
 from attnlab.runs.record import ABLATION_KEYS, ablation_config, run_name
-from attnlab.training.schedules import build_schedule
+from attnlab.training.optimizer import optimizer_from_config
+from attnlab.training.schedules import Schedule, schedule_from_config
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -106,24 +107,26 @@ def test_synthetic_data_follows_the_model_arch(compose, task, model):
 
 @pytest.mark.parametrize("option", _options("scheduler"))
 def test_every_scheduler_option_builds(compose, option):
+    """Each conf/scheduler option names a schedule class whose fields are the option's keys (so
+    every key it shows can be overridden and nothing it takes is hidden) plus the run's facts."""
     cfg = compose([f"scheduler={option}"])
     s = to_plain(cfg.scheduler)
-    schedule = build_schedule(
-        s["name"],
-        peak_lr=s["peak_lr"],
-        d_model=cfg.model.d_model,
-        warmup_steps=s["warmup_steps"],
-        max_steps=s["max_steps"] or cfg.trainer.max_steps,
-        min_lr=s["min_lr"],
-        scale=s["scale"],
-    )
-    assert 0 < schedule(100) < 1
+    schedule = schedule_from_config(s, cfg.model.d_model, cfg.trainer.max_steps)
+    assert isinstance(schedule, Schedule) and 0 < schedule(100) < 1
+    fields = set(inspect.signature(type(schedule)).parameters) - {"d_model"}
+    assert fields == set(s) - {"_target_", "_partial_"}
 
 
 @pytest.mark.parametrize("option", _options("optim"))
-def test_every_optim_option_is_adam_with_paper_betas(compose, option):
+def test_every_optim_option_is_a_torch_adam_with_paper_betas(compose, option):
+    import torch
+
     optim = to_plain(compose([f"optim={option}"]).optim)
-    assert optim["name"] in ("adam", "adamw") and optim["betas"] == [0.9, 0.98]
+    assert optim["betas"] == [0.9, 0.98] and optim["eps"] == 1e-9
+    built = optimizer_from_config(Transformer(TransformerConfig(vocab_size=9, d_model=8,
+                                  n_heads=2, d_ff=16, n_encoder_layers=1, n_decoder_layers=1)),
+                                  optim)  # fmt: skip
+    assert isinstance(built, torch.optim.Adam | torch.optim.AdamW)
 
 
 @pytest.mark.parametrize("option", _options("trainer"))
@@ -244,7 +247,7 @@ def test_choices_are_checked_when_composing(compose):
         compose(["model.pos_encoding=foo"])
     assert "sinusoidal, learned, rope, alibi, none" in str(info.value.__cause__)
     with pytest.raises(ConfigCompositionException):
-        compose(["scheduler.name=nope"])
+        compose(["scheduler=nope"])
     with pytest.raises(ConfigCompositionException):
         compose(["trainer.max_steps=many"])
 

@@ -17,7 +17,7 @@ from conftest import TINY
 DIVERGING = [
     "scheduler.peak_lr=0.001,1000",
     "model.norm_position=post",
-    "scheduler.name=constant",
+    "scheduler=constant",
     "scheduler.warmup_steps=0",
     "trainer.max_steps=10",
     "logger=csv",

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.training.optimizer import decay_groups, implementation, optimizer_from_config
+from attnlab.training.optimizer import check_optimizer, decay_groups, optimizer_from_config
 
-OPTIM = {"name": "adamw", "lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.1}
+OPTIM = {"_target_": "torch.optim.AdamW", "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.1}
 
 
 def _model(**kwargs) -> Transformer:
@@ -79,10 +79,19 @@ def test_fused_foreach_and_loop_make_the_same_update():
 
 
 def test_the_default_is_fused_where_torch_supports_it():
-    params = list(_model().parameters())
-    assert implementation(params, None, None) == {"fused": True}  # CPU has fused Adam
-    assert implementation(params, None, True) == {"foreach": True}
-    assert implementation([torch.zeros(2, dtype=torch.long)], None, None) == {}
+    """Both null: fused where torch's own check (at a fused step) accepts the parameters' device
+    and dtype, else torch's default; a given choice is kept; never fused under 16-mixed's
+    GradScaler. Fails if torch stops refusing at the step, or stops fusing on a CPU."""
+    model = _model()
+    assert optimizer_from_config(model, OPTIM).defaults["fused"] is True  # CPU has fused Adam
+    chosen = optimizer_from_config(model, {**OPTIM, "foreach": True}).defaults
+    assert chosen["foreach"] is True and not chosen["fused"]
+    assert not optimizer_from_config(model, OPTIM, grad_scaler=True).defaults["fused"]
+    on_meta = torch.nn.Parameter(torch.zeros(2, device="meta"))  # no fused kernels there
+    on_meta.grad = torch.zeros_like(on_meta)
+    with pytest.raises(RuntimeError, match="fused=True"):
+        torch.optim.AdamW([on_meta], fused=True).step()  # the check _fuses relies on
+    assert not optimizer_from_config([{"params": [on_meta]}], OPTIM).defaults["fused"]
 
 
 def test_fused_and_foreach_together_are_a_config_error(compose):
@@ -92,15 +101,41 @@ def test_fused_and_foreach_together_are_a_config_error(compose):
         validate_config(compose(["optim.fused=true", "optim.foreach=true"]))
 
 
-def sgd_for(model, name="sgd", betas=(0.0, 0.0), eps=0.0, weight_decay=0.0, fused=None,
-            foreach=None, grad_scaler=False):  # fmt: skip
-    """A builder with build_optimizer's arguments, for the `_target_` test below."""
-    return torch.optim.SGD(model.parameters(), lr=1.0, weight_decay=weight_decay)
-
-
-def test_the_optim_group_names_its_builder_by_target():
+def test_the_optim_group_names_any_torch_optimizer_by_target():
+    """optim._target_ is the optimizer's class; its other keys are the class's arguments; the
+    decay groups are the same whatever the class."""
     model = _model()
-    default = optimizer_from_config(model, {k: v for k, v in OPTIM.items() if k != "name"})
-    assert isinstance(default, torch.optim.Adam)  # no _target_: build_optimizer (old configs)
-    named = optimizer_from_config(model, {**OPTIM, "_target_": f"{__name__}.sgd_for"})
-    assert isinstance(named, torch.optim.SGD) and named.defaults["weight_decay"] == 0.1
+    sgd = optimizer_from_config(model, {"_target_": "torch.optim.SGD", "momentum": 0.9,
+                                        "weight_decay": 0.1})  # fmt: skip
+    assert isinstance(sgd, torch.optim.SGD) and sgd.defaults["momentum"] == 0.9
+    assert [g["weight_decay"] for g in sgd.param_groups] == [0.1, 0.0]
+    assert all(g["lr"] == 1.0 for g in sgd.param_groups)  # the schedule's factor is the rate
+
+
+def test_a_checkpoint_that_names_its_optimizer_by_name_gets_the_same_optimizer():
+    """Configs saved before the optimizer was a torch `_target_` carry `name` (and maybe the
+    peak as `lr`): they build the same torch class with the same arguments."""
+    old = {"_target_": "attnlab.training.optimizer.build_optimizer", "name": "adamw",
+           "lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.1}  # fmt: skip
+    built = optimizer_from_config(_model(), old)
+    today = optimizer_from_config(_model(), OPTIM)
+    assert type(built) is torch.optim.AdamW
+    assert built.defaults == today.defaults
+    with pytest.raises(ValueError, match=r"^optim.name='sgd' is not valid; expected one of: ad"):
+        optimizer_from_config(_model(), {**old, "name": "sgd"})
+
+
+@pytest.mark.parametrize(
+    ("optim", "message"),
+    [
+        ({**OPTIM, "eps": -1.0}, r"^optim.eps=-1.0 is not valid; expected a number >= 0$"),
+        ({**OPTIM, "betas": [0.9]}, r"^optim.betas=\[0.9\] is not valid; expected 2 numbers$"),
+        ({"_target_": "torch.optim.SGD", "momentum": -1.0},
+         r"^optim \(torch.optim.SGD\) is not valid: Invalid momentum value: -1.0$"),
+        ({**OPTIM, "amsgrad": "yes", "nesterov": True},
+         r"^optim \(torch.optim.AdamW\) is not valid: .*unexpected keyword argument 'nesterov'"),
+    ],
+)  # fmt: skip
+def test_the_optimizer_checks_its_arguments_in_one_line_naming_the_key(optim, message):
+    with pytest.raises(ValueError, match=message):
+        check_optimizer(optim)

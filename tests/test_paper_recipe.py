@@ -32,7 +32,8 @@ def test_preset_is_the_papers_recipe(compose, preset):
     assert cfg.model.d_model == d_model and cfg.model.dropout == dropout
     assert cfg.model.norm_position == "post" and cfg.model.share_embeddings
     assert cfg.loss.label_smoothing == 0.1
-    assert (cfg.scheduler.name, cfg.scheduler.warmup_steps) == ("noam", 4000)
+    assert cfg.scheduler._target_ == "attnlab.training.schedules.Noam"
+    assert cfg.scheduler.warmup_steps == 4000 and cfg.scheduler.peak_lr is None
     assert tuple(cfg.optim.betas) == (0.9, 0.98) and cfg.optim.eps == 1e-9
     assert cfg.trainer.gradient_clip_val is None
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"

@@ -40,9 +40,6 @@ def _has(obj, name: str) -> bool:
          "split_arguments", "every job of a -m sweep checked before any starts"),
         ("config/preflight.py", "hydra._internal.utils", "get_args_parser",
          "the preflight reads the command line as Hydra will"),
-        ("training/optimizer.py", "torch.utils._foreach_utils",
-         "_get_fused_kernels_supported_devices", "fused Adam where torch has it: 3-4x faster "
-         "on a 2-core CPU (docs/benchmark.md)"),
         ("training/translation_quality.py", "sacrebleu.metrics.chrf.CHRF",
          "_extract_corpus_statistics", "chrF summed over DDP ranks, equal to corpus_chrf"),
         ("training/translation_quality.py", "sacrebleu.metrics.chrf.CHRF",

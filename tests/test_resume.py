@@ -256,7 +256,7 @@ def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
         "parameters:\n"
         "  scheduler.peak_lr: {values: [0.001, 1000.0]}\n"
         "  model.norm_position: {value: post}\n"
-        "  scheduler.name: {value: constant}\n"
+        "  scheduler: {value: constant}\n"
         "  scheduler.warmup_steps: {value: 0}\n"
     )
     out = tmp_path / "sweep"

@@ -114,11 +114,18 @@ def test_the_run_refuses_a_stored_config_only_where_it_differs(compose, tmp_path
 
     here = [f"paths.run_dir={tmp_path}"]
     stored = plain_config(compose(here))
-    del stored["model"]["qk_norm"], stored["optim"]["_target_"]  # as written before they existed
+    del stored["model"]["qk_norm"]  # as written before it existed
+    # the optimizer and the schedule as written before they were classes named by `_target_`
+    stored["optim"] = {**stored["optim"], "name": "adam"}
+    del stored["optim"]["_target_"]
+    stored["scheduler"] = {**stored["scheduler"], "name": "cosine", "scale": 1.0,
+                           "_target_": "attnlab.training.schedules.build_schedule"}  # fmt: skip
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(stored))
     refuse_changed_config(tmp_path, compose(here))  # defaults: the same run
     with pytest.raises(RunConfigChanged, match=r"model.qk_norm: <absent> -> True"):
         refuse_changed_config(tmp_path, compose([*here, "model.qk_norm=true"]))
+    with pytest.raises(RunConfigChanged, match=r"optim._target_: 'torch.optim.Adam' -> 'torch.o"):
+        refuse_changed_config(tmp_path, compose([*here, "optim=adamw"]))
 
 
 def test_a_status_is_stored_as_a_plain_string(tmp_path):

@@ -6,14 +6,24 @@ import pytest
 import torch
 
 from attnlab.training.schedules import (
-    SCHEDULERS,
-    build_schedule,
+    Cosine,
+    Noam,
     constant,
     cosine,
     inverse_sqrt,
     lr_lambda,
     noam,
+    schedule_from_config,
 )
+
+SCHEDULES = ("Noam", "InverseSqrt", "Cosine", "Constant")  # the classes of conf/scheduler
+
+
+def build_schedule(cls: str, d_model: int = 64, max_steps: int | None = None, **keys):
+    """The schedule class `cls` as a config names it, completed with the run's d_model and
+    horizon as the harness does (schedule_from_config)."""
+    spec = {"_target_": f"attnlab.training.schedules.{cls}", **keys}
+    return schedule_from_config(spec, d_model, max_steps)
 
 
 def test_noam_peak_of_the_base_model_is_7e_4():
@@ -69,9 +79,9 @@ def test_constant_with_and_without_warmup():
     assert constant(20, 1e-3, 10) == 1e-3
 
 
-@pytest.mark.parametrize("name", SCHEDULERS)
+@pytest.mark.parametrize("name", SCHEDULES)
 def test_every_schedule_accepts_warmup_zero(name):
-    schedule = build_schedule(name, peak_lr=1e-3, d_model=64, warmup_steps=0, max_steps=100)
+    schedule = build_schedule(name, peak_lr=1e-3, warmup_steps=0, max_steps=100)
     values = [schedule(s) for s in (1, 2, 50, 100)]
     assert all(math.isfinite(v) and v > 0 for v in values[:-1])
     assert values[0] >= values[1]  # no warmup: the first step is the largest (or equal)
@@ -80,7 +90,7 @@ def test_every_schedule_accepts_warmup_zero(name):
 def test_lambda_lr_applies_the_schedule_every_optimizer_step():
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.Adam([param], lr=1.0)
-    schedule = build_schedule("noam", peak_lr=None, d_model=64, warmup_steps=5)
+    schedule = build_schedule("Noam", peak_lr=None, d_model=64, warmup_steps=5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule))
     seen = []
     for _ in range(8):
@@ -90,21 +100,75 @@ def test_lambda_lr_applies_the_schedule_every_optimizer_step():
     assert seen == pytest.approx([noam(s, 64, 5) for s in range(1, 9)])
 
 
-def test_bad_scheduler_arguments_name_the_key():
-    with pytest.raises(ValueError, match=r"scheduler.name='nope'.*noam, inverse_sqrt"):
-        build_schedule("nope", peak_lr=1e-3, d_model=64, warmup_steps=0)
-    with pytest.raises(ValueError, match=r"scheduler.warmup_steps=-1"):
-        build_schedule("noam", peak_lr=1e-3, d_model=64, warmup_steps=-1)
-    with pytest.raises(ValueError, match=r"max_steps"):
-        build_schedule("cosine", peak_lr=1e-3, d_model=64, warmup_steps=0, max_steps=None)
+@pytest.mark.parametrize(
+    ("name", "keys", "message"),
+    [
+        ("Noam", {"warmup_steps": -1}, r"^scheduler.warmup_steps=-1 is not valid; expected an i"),
+        ("Noam", {"scale": 0}, r"^scheduler.scale=0 is not valid; expected a number > 0$"),
+        ("Cosine", {"peak_lr": 1e-3, "warmup_steps": 0}, r"^scheduler=cosine needs a positive"),
+        ("Cosine", {"peak_lr": None, "warmup_steps": 0, "max_steps": 9}, r"peak_lr=null .*Cos"),
+        ("Constant", {"peak_lr": -1.0}, r"^scheduler.peak_lr=-1.0 is not valid; expected a n"),
+        ("InverseSqrt", {"warmup_steps": 1.5}, r"^scheduler.warmup_steps=1.5 is not valid"),
+        ("Cosine", {"min_lr": -1, "max_steps": 9}, r"^scheduler.min_lr=-1 is not valid"),
+    ],
+)
+def test_each_schedule_checks_its_own_arguments_naming_the_key(name, keys, message):
+    with pytest.raises(ValueError, match=message):
+        build_schedule(name, **keys)
 
 
-@pytest.mark.parametrize("name", SCHEDULERS)
+def test_a_checkpoint_that_names_its_schedule_by_name_gets_the_same_schedule():
+    """Configs saved before the schedules were classes carry `name` and every schedule's keys
+    (the old schema's); each reads as today's class, value for value."""
+    old_keys = {"peak_lr": 2e-3, "warmup_steps": 10, "scale": 1.0, "min_lr": 0.0, "max_steps": None}
+    for name, cls in (("noam", "Noam"), ("inverse_sqrt", "InverseSqrt"), ("cosine", "Cosine"),
+                      ("constant", "Constant")):  # fmt: skip
+        target = {"_target_": "attnlab.training.schedules.build_schedule"}
+        old = schedule_from_config({**target, "name": name, **old_keys}, 64, 100)
+        new = build_schedule(cls, max_steps=100, peak_lr=2e-3, warmup_steps=10)
+        assert [old(s) for s in range(1, 101)] == [new(s) for s in range(1, 101)]
+    with pytest.raises(ValueError, match=r"^scheduler.name='nope' is not valid; expected one of"):
+        schedule_from_config({"name": "nope", **old_keys}, 64, 100)
+
+
+class Halving:
+    """A schedule of one's own: peak_lr halved every `every` steps, no warmup."""
+
+    def __init__(self, peak_lr: float, every: int, d_model: int | None = None):
+        self.peak_lr, self.every, self.d_model = peak_lr, every, d_model
+
+    def __call__(self, step: int) -> float:
+        return self.peak_lr * 0.5 ** ((step - 1) // self.every)
+
+
+def test_a_schedule_of_ones_own_is_a_class_named_by_target_and_gets_the_facts_it_declares():
+    schedule = schedule_from_config(
+        {"_target_": f"{__name__}.Halving", "peak_lr": 1.0, "every": 10}, 96, 1000
+    )
+    assert (schedule(1), schedule(11), schedule(21)) == (1.0, 0.5, 0.25)
+    assert schedule.d_model == 96  # declared and left null: completed with the run's d_model
+
+
+def test_the_completed_facts_are_the_runs_where_the_config_leaves_them_null():
+    assert build_schedule("Noam", d_model=128, warmup_steps=10) == Noam(
+        d_model=128, warmup_steps=10
+    )
+    given = build_schedule("Cosine", max_steps=100, peak_lr=1e-3, warmup_steps=0)
+    assert given == Cosine(peak_lr=1e-3, warmup_steps=0, max_steps=100)
+    kept = schedule_from_config(
+        {"_target_": "attnlab.training.schedules.Cosine", "max_steps": 50, "warmup_steps": 0},
+        64,
+        100,
+    )
+    assert kept.max_steps == 50  # scheduler.max_steps set: not the trainer's horizon
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
 @pytest.mark.parametrize("warmup", [0, 100, 400])
 def test_peak_lr_is_the_peak_of_every_schedule_whatever_the_warmup(name, warmup):
     """scheduler.peak_lr holds the peak fixed across warmups, noam's included (whose own peak,
     (d_model * warmup)^-0.5, moves with the warmup)."""
-    schedule = build_schedule(name, d_model=64, warmup_steps=warmup, max_steps=2000, peak_lr=2e-3)
+    schedule = build_schedule(name, warmup_steps=warmup, max_steps=2000, peak_lr=2e-3)
     values = [schedule(s) for s in range(1, 2001)]
     assert max(values) == pytest.approx(2e-3)
     assert values.index(max(values)) + 1 == max(warmup, 1)  # reached when the warmup ends
@@ -156,8 +220,6 @@ def test_a_learning_rate_given_as_optim_lr_is_refused_in_one_line(compose):
 
 
 def test_a_checkpoint_made_before_peak_lr_was_the_home_keeps_its_peak():
-    from attnlab.training.schedules import schedule_from_config
-
     old = {"name": "cosine", "warmup_steps": 10, "max_steps": 100, "peak_lr": None}
     schedule = schedule_from_config(old, 64, 100, optim={"lr": 2e-3})
     assert max(schedule(s) for s in range(1, 101)) == pytest.approx(2e-3)

@@ -30,7 +30,7 @@ ABLATION_KEYS = {
     "model.d_k",
     "model.norm_position",
     "model.pos_encoding",
-    "scheduler.name",
+    "scheduler",
     "scheduler.warmup_steps",
     "seed",
 }
@@ -62,7 +62,7 @@ NLL = {"name": "val/nll_best", "goal": "minimize"}  # unsmoothed (tests/test_swe
     [
         (
             "heads.yaml",
-            {"model.n_heads": [1, 4, 8, 12, 16]},
+            {"model.n_heads": [1, 4, 8, 16, 12]},
             {"name": "val/bleu_best", "goal": "maximize"},
         ),
         (

@@ -84,7 +84,7 @@ def test_training_lowers_the_loss(compose, tiny_run, tmp_path):
         "trainer.max_steps=60",
         "trainer.val_check_interval=30",
         "scheduler.peak_lr=3e-3",
-        "scheduler.name=inverse_sqrt",
+        "scheduler=inverse_sqrt",
         "scheduler.warmup_steps=10",
         "callbacks=none",
     )
@@ -172,14 +172,13 @@ ABLATION = [
     "model.pos_encoding=rope",
     "model.norm_position=post",
     "model.n_heads=2",
-    "scheduler.name=noam",
+    "scheduler=noam",
     "scheduler.warmup_steps=200",
 ]
 EXPECTED = {
     "model.pos_encoding": "rope",
     "model.norm_position": "post",
     "model.n_heads": 2,
-    "scheduler.name": "noam",
     "scheduler.warmup_steps": 200,
 }
 
@@ -201,6 +200,10 @@ def test_ablation_keys_reach_config_results_and_wandb(compose, tiny_run, tmp_pat
         assert saved[group][field] == value, key
         assert recorded["config"][key] == value, key
         assert wandb_config[key] == value, key
+    assert recorded["config"]["scheduler"] == "noam"  # a group choice: recorded as the choice
+    noam = "attnlab.training.schedules.Noam"
+    assert saved["scheduler"]["_target_"] == recorded["config"]["scheduler._target_"] == noam
+    assert wandb_config["scheduler._target_"] == noam
     assert recorded["overrides"] == ovs and recorded["wandb_run_id"] == results["wandb_run_id"]
     assert recorded["wandb_run_id"] in run_files[0].name
     assert wandb_config["_run_name"].endswith("-pe=rope-norm=post-h=2-sched=noam-wu=200")

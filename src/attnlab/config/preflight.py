@@ -49,6 +49,9 @@ _INFO_FLAGS = (
 MOVED_KEYS = {
     "optim.lr": "the peak learning rate has one home, which every schedule reads: use "
     "scheduler.peak_lr (null with scheduler=noam: the paper's formula)",
+    # the schedule and the optimizer are classes chosen by their group (their `_target_`)
+    "scheduler.name": "the schedule is chosen by its group: scheduler=<option>",
+    "optim.name": "the optimizer is chosen by its group: optim=<option>",
 }
 
 
@@ -131,7 +134,7 @@ def _describe_omegaconf(err: OmegaConfBaseException, outer: BaseException) -> st
         kind = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
         expected = kind.get(converted.group(1), converted.group(1))
         return f"{key}={value!r} is not valid; expected {expected}"
-    if re.match(r"Key '.*' not in '.*'$", msg):
+    if re.match(r"Key '.*' (not in '.*'|is not in struct)$", msg):
         return _unknown_key(key, getattr(err, "parent_node", None), outer)
     return f"{key}: {msg}"
 
@@ -142,7 +145,7 @@ def _unknown_key(key: str, parent, outer: BaseException) -> str:
     if where == "trainer" and name in ATTNLAB_SETS:
         return f"{key} is set by attnlab-train; use {ATTNLAB_SETS[name]}"
     if key in MOVED_KEYS:
-        return f"{key} is not a key; {MOVED_KEYS[key]}"
+        return f"{key} is not a key; {MOVED_KEYS[key]}" + _options_of(MOVED_KEYS[key])
     keys = [str(k) for k in parent.keys()] if OmegaConf.is_dict(parent) else []
     known = [k for k in keys if k != "hydra" and not (k.startswith("_") and k.endswith("_"))]
     line = f"{key} is not a key of {where or 'the config'}"
@@ -153,6 +156,18 @@ def _unknown_key(key: str, parent, outer: BaseException) -> str:
         line += f"; expected one of: {', '.join(known)}"
     append = re.search(r"use (\+\S+)", str(outer))
     return line + (f" (to add a new key use {append.group(1)})" if append else "")
+
+
+def _options_of(hint: str) -> str:
+    """'; expected one of: a, b' for a hint that names a group choice (group=<option>): the
+    group's options as conf/ has them."""
+    choice = re.search(r"(\w+)=<option>", hint)
+    if not choice:
+        return ""
+    from attnlab.config.location import conf_dir
+
+    options = sorted(p.stem for p in (conf_dir() / choice.group(1)).glob("*.yaml"))
+    return f"; expected one of: {', '.join(options)}" if options else ""
 
 
 def _closest(name: str, known: list[str], parent, override) -> list[str]:

@@ -5,7 +5,8 @@ OmegaConf rejects `model.n_heads=two` or `model.pos_encoding=foo` (listing the v
 while composing. The model and data groups are made from the classes that declare their options
 (attnlab.model.config.TransformerConfig, attnlab.data.configs) by attnlab.config.structured
 (`Literal` choices -> str Enums); the harness's own groups are declared here, their choices
-str Enums of attnlab.training.options and .schedules. None of these imports torch, so
+str Enums of attnlab.training.options. The optimizer and the schedule are typed by their own
+classes (a `_target_` each), which check their arguments when built. None of these imports torch, so
 `attnlab-train --help` answers without loading it; attnlab.config.plain.to_plain turns the Enums
 back into plain strings.
 
@@ -26,8 +27,7 @@ from attnlab.config.resolvers import register as register_resolvers
 from attnlab.config.structured import structured
 from attnlab.config.trainer_schema import TrainerConfig
 from attnlab.model.config import ARCHS, TransformerConfig
-from attnlab.training.options import LOSS_NORMALIZATIONS, OPTIMIZERS
-from attnlab.training.schedules import SCHEDULERS
+from attnlab.training.options import LOSS_NORMALIZATIONS
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -35,8 +35,6 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 
 Arch = _choices("Arch", ARCHS)
-Scheduler = _choices("Scheduler", SCHEDULERS)
-Optimizer = _choices("Optimizer", OPTIMIZERS)
 LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
 
 # The synthetic data's schema (the type of a composed cfg.data of data=copy|reverse|sort).
@@ -56,43 +54,6 @@ ModelConfig = structured(
     doc="TransformerConfig minus vocab_size and pad_id (from the data), plus the harness "
     "switches HARNESS_MODEL_KEYS.",
 )
-
-
-@dataclass
-class OptimConfig:
-    """Adam with the paper's betas and eps (Sec. 5.3): a partial of `_target_`, which the
-    LightningModule completes with the model (attnlab.training.optimizer.optimizer_from_config).
-    The learning rate is not here: the schedule's scheduler.peak_lr is its one home. Weight
-    decay skips biases, norm gains and positional tables."""
-
-    _target_: str = "attnlab.training.optimizer.build_optimizer"
-    _partial_: bool = True
-    name: Optimizer = Optimizer.adam
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-9
-    weight_decay: float = 0.0  # on weight matrices and embeddings only
-    # torch's implementation (same update, float rounding apart); both null: fused where
-    # supported (CPU, CUDA), else torch's default. attnlab.training.optimizer
-    fused: bool | None = None
-    foreach: bool | None = None
-
-
-@dataclass
-class SchedulerConfig:
-    """attnlab.training.schedules; stepped every optimizer step. peak_lr: the peak learning rate
-    of the run, whatever the schedule (its one home; null only with noam, whose formula then
-    sets it, (d_model * warmup_steps)^-0.5 * scale). max_steps (cosine) defaults to
-    trainer.max_steps. A partial of `_target_`, completed with d_model and the horizon
-    (attnlab.training.schedules.schedule_from_config)."""
-
-    _target_: str = "attnlab.training.schedules.build_schedule"
-    _partial_: bool = True
-    name: Scheduler = Scheduler.noam
-    peak_lr: float | None = None
-    warmup_steps: int = 4000
-    scale: float = 1.0
-    min_lr: float = 0.0
-    max_steps: int | None = None
 
 
 @dataclass
@@ -181,8 +142,10 @@ class TrainConfig:
     exact_match: bool | None = None
     model: ModelConfig = MISSING
     data: Any = MISSING
-    optim: OptimConfig = MISSING
-    scheduler: SchedulerConfig = MISSING
+    # The optimizer and the schedule are classes named by `_target_` (conf/optim, conf/scheduler),
+    # each checking its own arguments: attnlab.training.optimizer, attnlab.training.schedules.
+    optim: Any = MISSING
+    scheduler: Any = MISSING
     module: ModuleConfig = field(default_factory=ModuleConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     trainer: TrainerConfig = MISSING

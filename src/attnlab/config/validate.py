@@ -21,8 +21,7 @@ from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
 from attnlab.model.config import TransformerConfig
-from attnlab.training.schedules import SCHEDULERS, noam_problem, peak_problem
-from attnlab.validation import choice_problem, integer_problem, number_problem, raise_first
+from attnlab.validation import integer_problem, number_problem, raise_first
 
 __all__ = ["DataConfigError", "exact_match_enabled", "transformer_config", "validate_config"]
 
@@ -31,7 +30,7 @@ def validate_config(cfg: DictConfig) -> None:
     """Every check below, in turn; the first problem raises. The checks that import the
     builders (and so torch) come last: a typo in a value is answered without loading torch."""
     model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
-    _check_schedule_and_loss(cfg)
+    _check_loss(cfg)
     check_values(cfg)
     _check_optimizer(cfg)
     _check_precision(cfg)
@@ -39,6 +38,8 @@ def validate_config(cfg: DictConfig) -> None:
     _check_task(cfg, model.arch)
     _check_world_size(cfg)
     _check_targets(cfg)
+    _check_schedule(cfg, model.d_model)
+    _check_optimizer_arguments(cfg)
     _check_components(model)
     _check_synthetic_data(cfg, model)
     _check_resume_checkpoint(cfg, model)
@@ -139,23 +140,33 @@ def exact_match_enabled(cfg: DictConfig) -> bool:
     return OmegaConf.get_type(cfg.data) is SYNTHETIC_SCHEMA
 
 
-def _check_schedule_and_loss(cfg: DictConfig) -> None:
-    scheduler = to_plain(cfg.scheduler)
+def _check_loss(cfg: DictConfig) -> None:
     raise_first(
         [
-            choice_problem("scheduler.name", scheduler["name"], SCHEDULERS),
-            integer_problem("scheduler.warmup_steps", scheduler["warmup_steps"], 0),
             number_problem("loss.label_smoothing", cfg.loss.label_smoothing, 0.0, 1.0),
-            peak_problem(scheduler["name"], scheduler.get("peak_lr")),
             number_problem("loss.z_loss", cfg.loss.z_loss, 0.0),
-            noam_problem(
-                scheduler["name"],
-                scheduler["warmup_steps"],
-                scheduler.get("peak_lr"),
-                int(cfg.model.d_model),
-            ),
         ]
     )
+
+
+def _check_schedule(cfg: DictConfig, d_model: int) -> None:
+    """The schedule checks its own arguments when built (attnlab.training.schedules): built
+    here with the run's d_model and horizon, its error is the one line."""
+    from attnlab.training.schedules import schedule_from_config
+
+    try:
+        schedule_from_config(to_plain(cfg.scheduler), d_model, cfg.trainer.get("max_steps"))
+    except TypeError as err:  # a key the schedule's class does not take
+        raise ValueError(
+            f"scheduler ({cfg.scheduler.get('_target_')}) is not valid: {err}"
+        ) from None
+
+
+def _check_optimizer_arguments(cfg: DictConfig) -> None:
+    """The optimizer checks its own arguments (attnlab.training.optimizer.check_optimizer)."""
+    from attnlab.training.optimizer import check_optimizer
+
+    check_optimizer(to_plain(cfg.optim))
 
 
 def _check_optimizer(cfg: DictConfig) -> None:

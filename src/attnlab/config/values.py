@@ -1,26 +1,17 @@
-"""Values that type-check but cannot be meant: betas outside [0, 1), a
-negative eps, weight decay or clipping threshold, ... (one line naming the key, like every
-check of attnlab.config.validate, which calls `check_values`)."""
+"""Values of the trainer and the run that type-check but cannot be meant: a negative clipping
+threshold, zero threads, ... (one line naming the key, like every check of
+attnlab.config.validate, which calls `check_values`). The optimizer's and the schedule's
+arguments are their own classes' to check (attnlab.training.optimizer, .schedules)."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from attnlab.config.plain import to_plain
 from attnlab.validation import integer_problem, number_problem, raise_first
 
 
 def check_values(cfg: DictConfig) -> None:
-    optim, scheduler = to_plain(cfg.optim), to_plain(cfg.scheduler)
-    betas = list(optim.get("betas") or [])
     problems = [
-        number_problem("optim.eps", optim["eps"], 0.0),
-        number_problem("optim.weight_decay", optim["weight_decay"], 0.0),
-        *(number_problem(f"optim.betas[{i}]", b, 0.0, 1.0) for i, b in enumerate(betas)),
-        None if len(betas) == 2 else f"optim.betas={betas!r} is not valid; expected 2 numbers",
-        number_problem("scheduler.scale", scheduler["scale"], 0.0, low_open=True),
-        number_problem("scheduler.min_lr", scheduler["min_lr"], 0.0),
-        _optional(integer_problem, "scheduler.max_steps", scheduler.get("max_steps"), 1),
         _optional(
             number_problem, "trainer.gradient_clip_val", cfg.trainer.get("gradient_clip_val"), 0.0
         ),  # fmt: skip

@@ -122,7 +122,7 @@ def refuse_changed_config(run_dir: Path, cfg: DictConfig, shown: int = 3) -> Non
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
         return
-    stored = OmegaConf.to_container(OmegaConf.load(stored_path))
+    stored = _as_today(OmegaConf.to_container(OmegaConf.load(stored_path)))
     drift = config_drift(stored, plain_config(cfg), lambda key, value: _is_default(cfg, key, value))
     if drift:
         more = f" and {len(drift) - shown} more" if len(drift) > shown else ""
@@ -131,6 +131,19 @@ def refuse_changed_config(run_dir: Path, cfg: DictConfig, shown: int = 3) -> Non
             "probably an edited preset or default; add resume=never to train this config in a "
             "new directory"
         )
+
+
+def _as_today(stored: dict) -> dict:
+    """A config.yaml written before the optimizer and the schedule were classes named by
+    `_target_` (they had a `name`), in today's form: the same run is not a changed config."""
+    from attnlab.training.optimizer import upgrade_config as optim_today
+    from attnlab.training.schedules import upgrade_config as scheduler_today
+
+    if isinstance(stored.get("scheduler"), dict):
+        stored["scheduler"] = scheduler_today(stored["scheduler"], stored.get("optim"))
+    if isinstance(stored.get("optim"), dict):
+        stored["optim"] = optim_today(stored["optim"])
+    return stored
 
 
 def _is_default(cfg: DictConfig, key: str, value) -> bool:

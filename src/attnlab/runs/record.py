@@ -22,7 +22,7 @@ ABLATION_KEYS = (
     "model.d_k",
     "model.norm_position",
     "model.pos_encoding",
-    "scheduler.name",
+    "scheduler._target_",
     "scheduler.warmup_steps",
     "seed",
 )
@@ -33,7 +33,7 @@ ALIASES = {
     "model.norm_position": "norm",
     "model.n_heads": "h",
     "model.d_k": "dk",
-    "scheduler.name": "sched",
+    "scheduler": "sched",
     "scheduler.warmup_steps": "wu",
     "seed": "s",
 }

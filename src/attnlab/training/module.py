@@ -338,8 +338,9 @@ class TransformerModule(L.LightningModule):
 
     def configure_optimizers(self):
         """cfg.optim and cfg.scheduler instantiated (partials of their `_target_`, completed
-        here): Adam (or AdamW) with lr=1.0 and a LambdaLR whose factor is the scheduled lr;
-        weight decay on matrices and embeddings only (attnlab.training.optimizer)."""
+        here): the optimizer class of optim._target_ with lr=1.0 and a LambdaLR whose factor is
+        the scheduled lr; weight decay on matrices and embeddings only
+        (attnlab.training.optimizer)."""
         o = self.hparams.optim
         scaled = self._trainer is not None and self._grad_scaler() is not None
         optimizer = optimizer_from_config(self.model, o, grad_scaler=scaled)

@@ -1,5 +1,9 @@
-"""The optimizer (Sec. 5.3): Adam, or AdamW, over two parameter groups, on fused kernels where
-torch has them.
+"""The optimizer (Sec. 5.3): any torch optimizer named by the `optim` config group's `_target_`
+(conf/optim: torch.optim.Adam with the paper's betas and eps, torch.optim.AdamW), over two
+parameter groups, on fused kernels where torch has them.
+
+The config is a partial; `optimizer_from_config` completes it with the parameter groups and
+lr=1.0 (a LambdaLR's factor is the learning rate: scheduler.peak_lr is its one home).
 
 Weight decay applies to the weight matrices (every nn.Linear weight) and the token embeddings
 only, never to biases, norm gains or learned positional tables (as nanoGPT, GPT-2 and most
@@ -9,21 +13,26 @@ regularizer of the model's capacity, only a pull away from the identity.
 `fused` / `foreach` pick torch's implementation of the same update: "fused" (one kernel over all
 parameters; on this repository's 2-core CPU 3-4x faster than the others for Adam), "foreach"
 (batched tensor lists) or the per-parameter loop. They change results only by float rounding
-(tests/test_optimizer.py). None for both: fused where torch supports it for every parameter
-(CPU, CUDA, ...), otherwise torch's own default.
+(tests/test_optimizer.py). Both null (or absent): fused where the optimizer has a `fused`
+argument and torch runs it fused for every parameter's device and dtype (CPU, CUDA, ...),
+otherwise torch's default.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from hydra.utils import instantiate
 from torch import nn
 
 from attnlab.model.layers import Embeddings
-from attnlab.training.options import OPTIMIZERS
-from attnlab.validation import choice_problem, raise_first
+from attnlab.validation import number_problem, raise_first
 
-DEFAULT_OPTIMIZER = "attnlab.training.optimizer.build_optimizer"  # for configs saved without one
+# Checkpoints saved before the optimizer was a torch `_target_` named it by `name` (with
+# `_target_` attnlab.training.optimizer.build_optimizer, or none); optimizer_from_config reads
+# them through this table.
+_LEGACY_NAMES = {"adam": "torch.optim.Adam", "adamw": "torch.optim.AdamW"}
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -44,63 +53,87 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def implementation(
-    params: list[nn.Parameter],
-    fused: bool | None,
-    foreach: bool | None,
-    grad_scaler: bool = False,
-) -> dict[str, bool]:
-    """The `fused` / `foreach` keyword arguments for torch's Adam(W): as given, or (both None)
-    fused=True where every parameter is a floating-point tensor on a device torch has fused
-    Adam kernels for, else nothing (torch's default). Not fused under 16-mixed's GradScaler
-    (`grad_scaler`): a fused optimizer unscales inside its step, after the gradient norm is
-    logged and clipped, which Lightning refuses."""
-    if fused is not None or foreach is not None:
-        return {k: v for k, v in (("fused", fused), ("foreach", foreach)) if v is not None}
-    if grad_scaler:
-        return {}
-    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-    devices = set(_get_fused_kernels_supported_devices())
-    if params and all(p.is_floating_point() and p.device.type in devices for p in params):
-        return {"fused": True}
-    return {}
+def upgrade_config(optim: dict) -> dict:
+    """An optim config as today's: one saved with a `name` (adam, adamw; before the optimizer
+    was a torch `_target_`) names its torch class instead. A config of today is returned as
+    it is."""
+    spec = dict(optim)
+    if "name" in spec:
+        name = spec.pop("name")
+        if name not in _LEGACY_NAMES:
+            raise ValueError(
+                f"optim.name={name!r} is not valid; expected one of: {', '.join(_LEGACY_NAMES)}"
+            )
+        spec["_target_"] = _LEGACY_NAMES[name]
+    return spec
 
 
-def build_optimizer(
-    model: nn.Module,
-    name: str = "adam",
-    betas: tuple[float, float] = (0.9, 0.98),
-    eps: float = 1e-9,
-    weight_decay: float = 0.0,
-    fused: bool | None = None,
-    foreach: bool | None = None,
-    grad_scaler: bool = False,
-) -> torch.optim.Optimizer:
-    """Adam or AdamW (`name`) with lr=1.0 (a LambdaLR's factor sets the learning rate),
-    betas, eps, weight decay on decay_groups(), and the fused / foreach choice (implementation;
-    `grad_scaler`: training under 16-mixed's GradScaler). The `optim` config group is a partial
-    of this function (`_target_`), completed with the model by optimizer_from_config."""
-    raise_first([choice_problem("optim.name", name, OPTIMIZERS)])
-    optimizer_cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
-    groups = decay_groups(model, weight_decay)
-    params = [p for g in groups for p in g["params"]]
-    return optimizer_cls(
-        groups,
-        lr=1.0,
-        betas=tuple(betas),
-        eps=eps,
-        **implementation(params, fused, foreach, grad_scaler),
-    )
+def _spec(optim: dict) -> dict:
+    """cfg.optim as a partial of its `_target_` (upgrade_config), without an `lr` (checkpoints
+    made before scheduler.peak_lr was its home; schedules.schedule_from_config reads it)."""
+    spec = {k: v for k, v in upgrade_config(optim).items() if k != "lr"}
+    if "_target_" not in spec:
+        raise ValueError("optim._target_ is missing; expected an optimizer class such as "
+                         "torch.optim.Adam (conf/optim/*.yaml)")  # fmt: skip
+    return {**spec, "_partial_": True}
+
+
+def _fused_by_default(factory, grad_scaler: bool) -> bool:
+    """Try fused kernels: the config leaves fused and foreach null, the optimizer has a `fused`
+    argument, and no 16-mixed GradScaler is used (a fused optimizer unscales inside its step,
+    after the gradient norm is logged and clipped, which Lightning refuses)."""
+    given = [factory.keywords.get(k) for k in ("fused", "foreach")]
+    takes_fused = "fused" in inspect.signature(factory.func).parameters
+    return takes_fused and not grad_scaler and all(v is None for v in given)
+
+
+def _fuses(factory, groups: list[dict]) -> bool:
+    """Whether torch runs this optimizer fused for these parameters: one fused step on a
+    one-element stand-in per (device, dtype) of them, so that torch's own check (made at the
+    first step, not when the optimizer is built) decides, through public calls only."""
+    for device, dtype in {(p.device, p.dtype) for g in groups for p in g["params"]}:
+        probe = nn.Parameter(torch.zeros(1, device=device, dtype=dtype))
+        probe.grad = torch.zeros_like(probe)
+        try:
+            factory([probe], lr=1.0, fused=True).step()
+        except RuntimeError:  # "`fused=True` requires all the params to be floating point ..."
+            return False
+    return True
 
 
 def optimizer_from_config(
-    model: nn.Module, optim: dict, grad_scaler: bool = False
+    model: nn.Module | list[dict], optim: dict, grad_scaler: bool = False
 ) -> torch.optim.Optimizer:
-    """cfg.optim (a plain dict) instantiated for `model`: its `_target_` (build_optimizer
-    unless the config names another builder) called with the model and its keys. The learning
-    rate is the schedule's (scheduler.peak_lr); an `lr` in a checkpoint made before that was
-    its home is dropped here (schedules.schedule_from_config reads it)."""
-    spec = {"_target_": DEFAULT_OPTIMIZER, **optim, "_partial_": True}
-    spec.pop("lr", None)
-    return instantiate(spec, _convert_="all")(model, grad_scaler=grad_scaler)
+    """cfg.optim (a plain dict) instantiated: its `_target_` called with decay_groups(model)
+    (or the given parameter groups), lr=1.0 and its keys; fused where torch can
+    (_fused_by_default, _fuses), else torch's default."""
+    factory = instantiate(_spec(optim), _convert_="all")
+    weight_decay = factory.keywords.get("weight_decay", 0.0)
+    groups = model if isinstance(model, list) else decay_groups(model, weight_decay)
+    if _fused_by_default(factory, grad_scaler) and _fuses(factory, groups):
+        return factory(groups, lr=1.0, fused=True)
+    return factory(groups, lr=1.0)
+
+
+def check_optimizer(optim: dict) -> None:
+    """The optimizer's own arguments, one line naming the key: the ranges the Adam family's
+    share (eps, weight_decay >= 0, two betas in [0, 1)), then torch's own checks, by building
+    the optimizer over one parameter."""
+    betas = optim.get("betas")
+    problems = [
+        number_problem("optim.eps", optim["eps"], 0.0) if "eps" in optim else None,
+        number_problem("optim.weight_decay", optim["weight_decay"], 0.0)
+        if "weight_decay" in optim else None,
+    ]  # fmt: skip
+    if betas is not None:
+        betas = list(betas)
+        problems += [number_problem(f"optim.betas[{i}]", b, 0.0, 1.0) for i, b in enumerate(betas)]
+        problems.append(
+            None if len(betas) == 2 else f"optim.betas={betas!r} is not valid; expected 2 numbers"
+        )
+    raise_first(problems)
+    probe = [{"params": [nn.Parameter(torch.zeros(1))]}]
+    try:
+        optimizer_from_config(probe, optim)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"optim ({optim.get('_target_')}) is not valid: {err}") from None

@@ -1,26 +1,43 @@
-"""Learning-rate schedules: each returns the learning rate at optimizer step `step` (from 1).
+"""Learning-rate schedules: each is a class whose instance maps an optimizer step (from 1) to a
+learning rate. The `scheduler` config group picks one by `_target_` (conf/scheduler/*.yaml); a
+new schedule is a class here, or anywhere importable, and a yaml file naming it.
 
-`lr_lambda` turns a schedule into the factor function of torch's LambdaLR: the optimizer is built
-with lr=1.0, so the factor *is* the learning rate. LambdaLR calls the factor with 0 before the
-first optimizer step, hence the `+ 1`.
+Each schedule checks its own arguments once, in its constructor, and says which key is wrong
+(scheduler.<key>). The config is a partial: the harness completes the run's facts a schedule
+declares and its config leaves null, `d_model` (noam) and `max_steps` (cosine's horizon,
+trainer.max_steps), in `schedule_from_config`.
 
 The peak learning rate has one home, `scheduler.peak_lr`, which every schedule reads: inverse_sqrt,
 cosine and constant rise (after any warmup) to it; noam is rescaled to peak there. Only noam may
 leave it null, and then its own formula sets the peak, (d_model * warmup_steps)^-0.5 * scale, so
 its warmup also moves its peak; a warmup ablation wants arms that differ in the warmup only, so it
 sets peak_lr. `peak_of` is the peak a schedule really reaches (what results.json and W&B record).
+
+`lr_lambda` turns a schedule into the factor function of torch's LambdaLR: the optimizer is built
+with lr=1.0, so the factor *is* the learning rate. LambdaLR calls the factor with 0 before the
+first optimizer step, hence the `+ 1`.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 
 from hydra.utils import instantiate
 
-SCHEDULERS = ("noam", "inverse_sqrt", "cosine", "constant")
-DEFAULT_SCHEDULE = "attnlab.training.schedules.build_schedule"  # for configs saved without one
+from attnlab.validation import integer_problem, number_problem, raise_first
+
+# Checkpoints saved before the schedules became classes name one by `name` (with `_target_`
+# attnlab.training.schedules.build_schedule, or none); schedule_from_config reads them through
+# this table. New configs name their class in `_target_`.
+_LEGACY_NAMES = {
+    "noam": "Noam",
+    "inverse_sqrt": "InverseSqrt",
+    "cosine": "Cosine",
+    "constant": "Constant",
+}
 
 
 def noam(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -74,91 +91,157 @@ def noam_scale_for_peak(peak_lr: float, d_model: int, warmup_steps: int) -> floa
     return peak_lr * math.sqrt(d_model * max(warmup_steps, 1))
 
 
-def noam_problem(name: str, warmup_steps: int, peak_lr: float | None, d_model: int) -> str | None:
-    """noam with warmup_steps=0 and no peak_lr is not "no warmup": its first step takes
-    lr = d_model^-0.5, many times the peak of the warmed-up schedule."""
-    if name != "noam" or warmup_steps != 0 or peak_lr is not None:
-        return None
-    spike = d_model**-0.5 / noam(4000, d_model, 4000)
-    return (
-        f"scheduler.warmup_steps=0 with scheduler.name=noam is not valid: noam's peak is "
-        f"(d_model * warmup_steps)^-0.5, so without warmup its first step takes "
-        f"lr = d_model^-0.5 = {d_model**-0.5:.3g} ({spike:.0f}x its peak with warmup 4000); "
-        "set scheduler.peak_lr to hold the peak, or use scheduler.warmup_steps >= 1"
-    )
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """A learning rate for every optimizer step: `schedule(step)`, step counted from 1. The
+    fields are the config's keys (scheduler.<field>); the constructor checks them."""
 
+    peak_lr: float | None
+    warmup_steps: int
 
-def peak_problem(name: str, peak_lr) -> str | None:
-    """Every schedule but noam needs a peak learning rate; a given one must be > 0."""
-    if peak_lr is None:
-        if name == "noam":
-            return None
-        return (
-            f"scheduler.peak_lr=null is not valid with scheduler.name={name}; expected a number "
-            "> 0 (only noam may leave it null: its formula then sets the peak)"
-        )
-    if isinstance(peak_lr, bool) or not isinstance(peak_lr, int | float) or not peak_lr > 0:
-        return f"scheduler.peak_lr={peak_lr!r} is not valid; expected a number > 0"
-    return None
+    # True for a schedule whose own formula sets the peak when peak_lr is null (noam)
+    formula_peak = False
 
-
-def build_schedule(
-    name: str,
-    *,
-    peak_lr: float | None,
-    d_model: int,
-    warmup_steps: int,
-    max_steps: int | None = None,
-    min_lr: float = 0.0,
-    scale: float = 1.0,
-) -> Callable[[int], float]:
-    """The schedule `name` (one of SCHEDULERS) as a function step -> lr, step counted from 1,
-    peaking at `peak_lr` (noam with peak_lr=None: at its formula's peak, times `scale`)."""
-    if name not in SCHEDULERS:
-        raise ValueError(
-            f"scheduler.name={name!r} is not valid; expected one of: {', '.join(SCHEDULERS)}"
-        )
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(
-            f"scheduler.warmup_steps={warmup_steps!r} is not valid; expected an integer >= 0"
-        )
-    problem = peak_problem(name, peak_lr)
-    if problem:
-        raise ValueError(problem)
-    if name == "noam":
-        if peak_lr is not None:
-            scale = noam_scale_for_peak(peak_lr, d_model, warmup_steps)
-        return partial(noam, d_model=d_model, warmup_steps=warmup_steps, scale=scale)
-    if name == "inverse_sqrt":
-        return partial(inverse_sqrt, peak_lr=peak_lr, warmup_steps=warmup_steps)
-    if name == "cosine":
-        if max_steps is None or max_steps <= 0:
+    def __post_init__(self) -> None:
+        raise_first([integer_problem("scheduler.warmup_steps", self.warmup_steps, 0)])
+        if self.peak_lr is None:
+            if self.formula_peak:
+                return
             raise ValueError(
-                f"scheduler.name='cosine' needs a positive scheduler.max_steps (or "
-                f"trainer.max_steps), got {max_steps!r}"
+                f"scheduler.peak_lr=null is not valid with {type(self).__name__}; expected a "
+                "number > 0 (only noam may leave it null: its formula then sets the peak)"
             )
-        return partial(
-            cosine, peak_lr=peak_lr, warmup_steps=warmup_steps, max_steps=max_steps, min_lr=min_lr
+        raise_first([number_problem("scheduler.peak_lr", self.peak_lr, 0.0, low_open=True)])
+
+    def __call__(self, step: int) -> float:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Noam(Schedule):
+    """Sec. 5.3 (noam): scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5); with
+    peak_lr, `scale` is set so that the peak, at step warmup_steps, is peak_lr."""
+
+    d_model: int
+    peak_lr: float | None = None
+    warmup_steps: int = 4000
+    scale: float = 1.0
+    formula_peak = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        raise_first(
+            [
+                integer_problem("model.d_model", self.d_model, 1),
+                number_problem("scheduler.scale", self.scale, 0.0, low_open=True),
+            ]
         )
-    return partial(constant, peak_lr=peak_lr, warmup_steps=warmup_steps)
+        if self.warmup_steps == 0 and self.peak_lr is None:
+            spike = self.d_model**-0.5 / noam(4000, self.d_model, 4000)
+            raise ValueError(
+                "scheduler.warmup_steps=0 with scheduler=noam is not valid: noam's peak is "
+                "(d_model * warmup_steps)^-0.5, so without warmup its first step takes "
+                f"lr = d_model^-0.5 = {self.d_model**-0.5:.3g} ({spike:.0f}x its peak with "
+                "warmup 4000); set scheduler.peak_lr to hold the peak, or use "
+                "scheduler.warmup_steps >= 1"
+            )
+
+    def __call__(self, step: int) -> float:
+        scale = self.scale
+        if self.peak_lr is not None:
+            scale = noam_scale_for_peak(self.peak_lr, self.d_model, self.warmup_steps)
+        return noam(step, self.d_model, self.warmup_steps, scale)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InverseSqrt(Schedule):
+    """fairseq's inverse_sqrt: linear warmup to peak_lr, then peak_lr * sqrt(warmup / step)."""
+
+    peak_lr: float = 3e-3
+    warmup_steps: int = 4000
+
+    def __call__(self, step: int) -> float:
+        return inverse_sqrt(step, self.peak_lr, self.warmup_steps)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cosine(Schedule):
+    """Linear warmup to peak_lr, cosine decay to min_lr at max_steps (the run's
+    trainer.max_steps unless given)."""
+
+    peak_lr: float = 3e-3
+    warmup_steps: int = 4000
+    max_steps: int | None = None
+    min_lr: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (isinstance(self.max_steps, int) and self.max_steps > 0):
+            raise ValueError(
+                f"scheduler=cosine needs a positive scheduler.max_steps (or trainer.max_steps), "
+                f"got {self.max_steps!r}"
+            )
+        raise_first([number_problem("scheduler.min_lr", self.min_lr, 0.0)])
+
+    def __call__(self, step: int) -> float:
+        return cosine(step, self.peak_lr, self.warmup_steps, self.max_steps, self.min_lr)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constant(Schedule):
+    """peak_lr throughout, after an optional linear warmup."""
+
+    peak_lr: float = 3e-3
+    warmup_steps: int = 0
+
+    def __call__(self, step: int) -> float:
+        return constant(step, self.peak_lr, self.warmup_steps)
+
+
+def upgrade_config(scheduler: dict, optim: dict | None = None) -> dict:
+    """A scheduler config as today's: one saved before the schedules were classes (a `name`, and
+    every schedule's keys) becomes its class in `_target_` with only the keys the class takes;
+    checkpoints made before scheduler.peak_lr became the one home kept the peak in optim.lr
+    (peak_lr null), read from `optim`. A config of today is returned as it is."""
+    if "name" not in scheduler:
+        return dict(scheduler)
+    spec = dict(scheduler)
+    name = spec.pop("name")
+    if name not in _LEGACY_NAMES:
+        raise ValueError(
+            f"scheduler.name={name!r} is not valid; expected one of: {', '.join(_LEGACY_NAMES)}"
+        )
+    cls = globals()[_LEGACY_NAMES[name]]
+    legacy_lr = (optim or {}).get("lr")
+    if spec.get("peak_lr") is None and name != "noam" and legacy_lr is not None:
+        spec["peak_lr"] = legacy_lr
+    taken = set(inspect.signature(cls).parameters)
+    return {
+        "_target_": f"{__name__}.{cls.__name__}",
+        "_partial_": True,
+        **{k: v for k, v in spec.items() if k in taken},
+    }
 
 
 def schedule_from_config(
     scheduler: dict, d_model: int, max_steps: int | None, optim: dict | None = None
 ) -> Callable[[int], float]:
-    """The schedule of a run's config: cfg.scheduler (a plain dict) instantiated, a partial of
-    its `_target_` (build_schedule unless the config names another), completed with d_model and
-    trainer.max_steps (the cosine horizon unless scheduler.max_steps is set).
-
-    `optim`: a checkpoint's optim hyper-parameters. Checkpoints made before scheduler.peak_lr
-    became the one home kept the peak in optim.lr (with peak_lr null); it is read from there."""
-    spec = {"_target_": DEFAULT_SCHEDULE, **scheduler, "_partial_": True}
-    spec["max_steps"] = spec.get("max_steps") or max_steps
-    legacy = (optim or {}).get("lr")
-    if spec.get("peak_lr") is None and spec.get("name") != "noam" and legacy is not None:
-        spec["peak_lr"] = legacy
-    spec.setdefault("peak_lr", None)
-    return instantiate(spec, _convert_="all")(d_model=d_model)
+    """The schedule of a run's config: cfg.scheduler (a plain dict) instantiated as a partial
+    of its `_target_`, completed with the run's facts it declares and leaves null: `d_model`,
+    and `max_steps` (trainer.max_steps). `optim`: a checkpoint's optim hyper-parameters (old
+    checkpoints kept the peak in optim.lr)."""
+    spec = upgrade_config(scheduler, optim)
+    if "_target_" not in spec:
+        raise ValueError(
+            "scheduler._target_ is missing; expected a schedule class such as "
+            f"{__name__}.Cosine (conf/scheduler/*.yaml)"
+        )
+    factory = instantiate({**spec, "_partial_": True}, _convert_="all")
+    takes = inspect.signature(factory).parameters
+    facts = {"d_model": d_model, "max_steps": max_steps}
+    return factory(
+        **{k: v for k, v in facts.items() if k in takes and factory.keywords.get(k) is None}
+    )
 
 
 def peak_of(schedule: Callable[[int], float], warmup_steps: int) -> float:
