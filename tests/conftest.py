@@ -33,6 +33,17 @@ def compose():
     return _compose
 
 
+def model_config(model, vocab_size: int, pad_id: int):
+    """The TransformerConfig of a composed cfg.model, as attnlab-train builds it
+    (attnlab.pipeline.build.build_module)."""
+    from attnlab.config.schema import model_options
+    from attnlab.model.config import TransformerConfig
+
+    return TransformerConfig.from_options(
+        model_options(model), vocab_size=vocab_size, pad_id=pad_id, prefix="model."
+    )
+
+
 @pytest.fixture
 def tiny_run() -> list[str]:
     """Overrides that shrink a run to a few seconds on a CPU (W&B and paths left as they are)."""

@@ -41,10 +41,10 @@ def _saved(path: Path, obj) -> Path:
 def _checkpoint(path: Path, **model) -> Path:
     """A Lightning checkpoint of an attnlab model: the default run's model options, changed."""
     from attnlab.config.preflight import compose_config
-    from attnlab.config.validate import transformer_config
+    from conftest import model_config
 
     cfg = compose_config(CONF_DIR, [f"model.{k}={v}" for k, v in model.items()])
-    options = transformer_config(cfg.model, vocab_size=20, pad_id=0).to_dict()
+    options = model_config(cfg.model, vocab_size=20, pad_id=0).to_dict()
     return _saved(
         path, {"state_dict": {}, "global_step": 5, "hyper_parameters": {"model": options}}
     )

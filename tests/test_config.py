@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from attnlab.config.plain import to_plain
 from attnlab.config.schema import HARNESS_MODEL_KEYS, ModelConfig
 from attnlab.config.trainer_schema import ATTNLAB_SETS, TrainerConfig
-from attnlab.config.validate import transformer_config, validate_config
+from attnlab.config.validate import validate_config
 from attnlab.data.configs import SYNTHETIC_TASKS
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.runs.dotted import flatten
@@ -22,6 +22,7 @@ from attnlab.runs.loggers import build_loggers
 from attnlab.runs.record import ABLATION_KEYS, ablation_config, run_name
 from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.schedules import Schedule, schedule_from_config
+from conftest import model_config
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -53,7 +54,7 @@ def test_defaults_compose_to_the_small_reverse_run(compose):
 def test_every_model_option_builds(compose, option):
     cfg = compose([f"model={option}"])
     validate_config(cfg)
-    tc = transformer_config(cfg.model, vocab_size=100, pad_id=0)
+    tc = model_config(cfg.model, vocab_size=100, pad_id=0)
     assert tc.arch == ("decoder_only" if option.startswith("lm") else "encoder_decoder")
     if tc.d_model <= 512:  # the big model (213M parameters) is only validated
         assert Transformer(tc).num_parameters() > 0
@@ -261,7 +262,7 @@ def test_the_mistake_switches_and_fast_paths_reach_the_model_from_the_command_li
         ]
     )
     validate_config(cfg)
-    model = transformer_config(cfg.model, vocab_size=21, pad_id=0)
+    model = model_config(cfg.model, vocab_size=21, pad_id=0)
     assert (model.attn_scale, model.mask_source_padding) == ("none", False)
     assert model.activation_checkpointing is True
     with pytest.raises(ConfigCompositionException) as info:

@@ -7,15 +7,15 @@ import sys
 import pytest
 import torch
 
-from attnlab.config.validate import transformer_config
 from attnlab.model import AttentionContext, MultiHeadAttention, Transformer
+from conftest import model_config
 
 D, H = 32, 4
 
 
 def test_the_override_reaches_every_attention_layer(compose):
     cfg = compose(["model=small", "model.qk_norm=true"])
-    model = Transformer(transformer_config(cfg.model, vocab_size=30, pad_id=0))
+    model = Transformer(model_config(cfg.model, vocab_size=30, pad_id=0))
     layers = [m for _, m in model.attention_modules()]
     assert len(layers) == 6  # 2 encoder self, 2 decoder self, 2 cross
     assert all(isinstance(m.q_norm, torch.nn.LayerNorm) for m in layers)
@@ -23,7 +23,7 @@ def test_the_override_reaches_every_attention_layer(compose):
 
 
 def test_off_by_default_and_parameter_free_then(compose):
-    model = Transformer(transformer_config(compose(["model=small"]).model, 30, 0))
+    model = Transformer(model_config(compose(["model=small"]).model, 30, 0))
     assert not any("q_norm" in name or "k_norm" in name for name in model.state_dict())
 
 

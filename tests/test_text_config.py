@@ -14,9 +14,10 @@ from attnlab.config.data_check import DataConfigError
 from attnlab.config.data_schema import DATA_SCHEMAS
 from attnlab.config.plain import to_plain
 from attnlab.config.preflight import preflight
-from attnlab.config.validate import exact_match_enabled, validate_config
+from attnlab.config.validate import validate_config
 from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
 from attnlab.data.translation import Multi30kDataModule, TranslationDataModule
+from attnlab.pipeline.build import exact_match_enabled
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DATA = Path(__file__).parents[2] / "shared" / "data"

@@ -121,7 +121,8 @@ def build_context(
 def _load_batches(ctx: Context, n: int) -> None:
     """The datamodule as attnlab-train builds it; its first `n` training batches, on the device;
     the model config sized to its vocabulary."""
-    from attnlab.config.validate import transformer_config
+    from attnlab.config.schema import model_options
+    from attnlab.model.config import TransformerConfig
     from attnlab.pipeline.build import build_datamodule
 
     torch.manual_seed(ctx.cfg.seed)
@@ -130,7 +131,10 @@ def _load_batches(ctx: Context, n: int) -> None:
     ctx.task = datamodule.task
     ctx.special_ids = {"pad": datamodule.pad_id, "bos": datamodule.bos_id, "eos": datamodule.eos_id}
     model = dict(to_plain(ctx.cfg.model))
-    ctx.model_config = transformer_config(model, datamodule.vocab_size, datamodule.pad_id)
+    ctx.model_config = TransformerConfig.from_options(
+        model_options(model), vocab_size=datamodule.vocab_size, pad_id=datamodule.pad_id,
+        prefix="model.",
+    )  # fmt: skip
     for batch in datamodule.train_dataloader():
         ctx.batches.append({k: v.to(ctx.device) for k, v in batch.items() if torch.is_tensor(v)})
         if len(ctx.batches) == n:

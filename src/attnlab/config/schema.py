@@ -23,6 +23,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from attnlab.config.data_schema import DATA_SCHEMAS
+from attnlab.config.plain import to_plain
 from attnlab.config.resolvers import register as register_resolvers
 from attnlab.config.structured import structured
 from attnlab.config.trainer_schema import TrainerConfig
@@ -54,6 +55,12 @@ ModelConfig = structured(
     doc="TransformerConfig minus vocab_size and pad_id (from the data), plus the harness "
     "switches HARNESS_MODEL_KEYS.",
 )
+
+
+def model_options(model) -> dict:
+    """cfg.model as TransformerConfig's options: plain values, without HARNESS_MODEL_KEYS."""
+    options = dict(model) if isinstance(model, dict) else to_plain(model)
+    return {k: v for k, v in options.items() if k not in HARNESS_MODEL_KEYS}
 
 
 @dataclass

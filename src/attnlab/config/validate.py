@@ -8,7 +8,6 @@ ValueError (DataConfigError for the data files) with one line that names the key
 from __future__ import annotations
 
 import importlib
-import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,20 +15,22 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.config.data_check import DataConfigError, check_data_config
 from attnlab.config.plain import to_plain
 from attnlab.config.resolvers import world_size
-from attnlab.config.schema import HARNESS_MODEL_KEYS, SYNTHETIC_SCHEMA
+from attnlab.config.schema import SYNTHETIC_SCHEMA, model_options
 from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
-from attnlab.model.config import TransformerConfig
+from attnlab.model.config import TransformerConfig, prefix_fields
 from attnlab.validation import integer_problem, number_problem, raise_first
 
-__all__ = ["DataConfigError", "exact_match_enabled", "transformer_config", "validate_config"]
+__all__ = ["DataConfigError", "check_task", "validate_config"]
 
 
 def validate_config(cfg: DictConfig) -> None:
     """Every check below, in turn; the first problem raises. The checks that import the
     builders (and so torch) come last: a typo in a value is answered without loading torch."""
-    model = transformer_config(cfg.model, vocab_size=_vocab_size_hint(cfg.data), pad_id=0)
+    model = TransformerConfig.from_options(
+        model_options(cfg.model), vocab_size=_vocab_size_hint(cfg.data), pad_id=0, prefix="model."
+    )
     _check_loss(cfg)
     check_values(cfg)
     _check_optimizer(cfg)
@@ -101,43 +102,12 @@ def _target_problem(target) -> str | None:
     return "cannot be imported"
 
 
-def transformer_config(model: DictConfig | dict, vocab_size: int, pad_id: int) -> TransformerConfig:
-    """Build (and so validate) the TransformerConfig for cfg.model; errors name `model.<key>`."""
-    kwargs = dict(model) if isinstance(model, dict) else to_plain(model)
-    for key in HARNESS_MODEL_KEYS:  # model.compile: the LightningModule's business
-        kwargs.pop(key, None)
-    known = [k for k in TransformerConfig.__dataclass_fields__ if k not in ("vocab_size", "pad_id")]
-    unknown = [k for k in kwargs if k not in known]
-    if unknown:
-        raise ValueError(
-            f"model.{unknown[0]} is not a model option; expected one of: {', '.join(known)}"
-        )
-    try:
-        return TransformerConfig(**kwargs, vocab_size=vocab_size, pad_id=pad_id)
-    except ValueError as err:
-        raise ValueError(_prefix_fields(str(err), "model.")) from None
-
-
-def _prefix_fields(message: str, prefix: str) -> str:
-    """'n_heads=3 ...' -> 'model.n_heads=3 ...' for every TransformerConfig field named."""
-    names = "|".join(sorted(TransformerConfig.__dataclass_fields__, key=len, reverse=True))
-    return re.sub(rf"(?<![\w.])({names})(?==)", rf"{prefix}\1", message)
-
-
 def _vocab_size_hint(data: DictConfig) -> int:
     """The vocabulary size the data will have, where the config tells it (synthetic data);
     otherwise a stand-in that only needs to exceed the special ids."""
     if OmegaConf.get_type(data) is SYNTHETIC_SCHEMA:
         return NUM_SPECIAL + int(data.n_symbols) + (str(data.arch) == "decoder_only")
     return int(data.get("vocab_size") or NUM_SPECIAL + 1)
-
-
-def exact_match_enabled(cfg: DictConfig) -> bool:
-    """cfg.exact_match, where null means: for synthetic data only. (Greedy-decoding every
-    evaluation sentence is the measure for the synthetic tasks; for text it is slow and near 0.)"""
-    if cfg.get("exact_match") is not None:
-        return bool(cfg.exact_match)
-    return OmegaConf.get_type(cfg.data) is SYNTHETIC_SCHEMA
 
 
 def _check_loss(cfg: DictConfig) -> None:
@@ -338,4 +308,4 @@ def _check_components(model: TransformerConfig) -> None:
 
     problems = encoding_class(model.pos_encoding).problems(model)
     if problems:
-        raise ValueError(_prefix_fields(problems[0], "model."))
+        raise ValueError(prefix_fields(problems[0], "model."))

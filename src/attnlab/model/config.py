@@ -8,7 +8,9 @@ uses it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Literal, get_args
 
 from attnlab.model.positions import NAMES as _ENCODINGS
@@ -36,6 +38,14 @@ POS_ENCODINGS = get_args(PosEncoding)
 INITS = get_args(Init)
 ACTIVATIONS = get_args(Activation)
 ATTN_SCALES = get_args(AttnScale)
+
+
+def prefix_fields(message: str, prefix: str) -> str:
+    """'n_heads=3 ...' -> prefix + 'n_heads=3 ...' for every TransformerConfig field named."""
+    if not prefix:
+        return message
+    names = "|".join(sorted(TransformerConfig.__dataclass_fields__, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.])({names})(?==)", rf"{prefix}\1", message)
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,24 @@ class TransformerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_options(
+        cls, options: Mapping, *, vocab_size: int, pad_id: int, prefix: str = ""
+    ) -> TransformerConfig:
+        """The config of `options` (its fields but vocab_size and pad_id, which come from the
+        data). An unknown key or a bad value is one line that names it as `prefix` + field
+        (attnlab-train's model group: "model.n_heads=3 ...")."""
+        known = [f.name for f in fields(cls) if f.name not in ("vocab_size", "pad_id")]
+        unknown = [k for k in options if k not in known]
+        if unknown:
+            raise ValueError(
+                f"{prefix}{unknown[0]} is not a model option; expected one of: {', '.join(known)}"
+            )
+        try:
+            return cls(**options, vocab_size=vocab_size, pad_id=pad_id)
+        except ValueError as err:
+            raise ValueError(prefix_fields(str(err), prefix)) from None
 
     def validate(self) -> None:
         """Raise ValueError with the first problem: one line naming the field and what is

@@ -11,12 +11,14 @@ import lightning as L
 from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.plain import to_plain
-from attnlab.config.validate import check_task, exact_match_enabled, transformer_config
+from attnlab.config.schema import SYNTHETIC_SCHEMA, model_options
+from attnlab.config.validate import check_task
 from attnlab.data.options import task_for_arch
 from attnlab.data.resumable import make_resumable
+from attnlab.model.config import TransformerConfig
 from attnlab.pipeline.console import PROG, say
 from attnlab.runs import quiet
 from attnlab.runs.loggers import build_loggers
@@ -68,7 +70,10 @@ def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
     """cfg.module's `_target_` (null: the LightningModule for the data's task, Seq2SeqModule or
     LanguageModelModule) built with the model sized to the data's vocabulary, the data's
     special ids and the optim, scheduler and loss groups."""
-    model_config = transformer_config(cfg.model, datamodule.vocab_size, datamodule.pad_id)
+    model_config = TransformerConfig.from_options(
+        model_options(cfg.model), vocab_size=datamodule.vocab_size, pad_id=datamodule.pad_id,
+        prefix="model.",
+    )  # fmt: skip
     target = cfg.module.get("_target_")
     module_class = get_class(target) if target else module_for(datamodule.task)
     return module_class(  # plain Python arguments: checkpoints load with weights_only
@@ -84,6 +89,14 @@ def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
         exact_match=exact_match_enabled(cfg),
         compile=bool(cfg.model.get("compile", False)),
     )
+
+
+def exact_match_enabled(cfg: DictConfig) -> bool:
+    """cfg.exact_match, where null means: for synthetic data only. (Greedy-decoding every
+    evaluation sentence is the measure for the synthetic tasks; for text it is slow and near 0.)"""
+    if cfg.get("exact_match") is not None:
+        return bool(cfg.exact_match)
+    return OmegaConf.get_type(cfg.data) is SYNTHETIC_SCHEMA
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trainer, Preemption]:
