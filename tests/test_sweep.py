@@ -474,8 +474,19 @@ def ctrl_c_enabled():
     signal.signal(signal.SIGINT, previous)
 
 
+def _ignore_sigint():  # a background job of a non-interactive shell (`attnlab-sweep ... &`)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.usefixtures("ctrl_c_enabled")
-def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
+@pytest.mark.parametrize(
+    ("stop", "preexec"),
+    [(signal.SIGINT, None), (signal.SIGTERM, _ignore_sigint)],
+    ids=["ctrl_c", "sigterm_to_a_background_sweep"],
+)
+def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path, stop, preexec):
+    """Ctrl-C, or SIGTERM (docs/sweeps.md: how to stop a sweep started in the background by a
+    script, which ignores SIGINT), stops the running trials and writes the summary."""
     path = fake_sweep(tmp_path, {"x": {"values": [1, 2, 3, 4]}}, ["fake.sleep=60"], name="stop")
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
@@ -494,13 +505,14 @@ def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path):
         stderr=subprocess.STDOUT,
         env=env,
         text=True,
+        preexec_fn=preexec,
     )
     deadline = time.monotonic() + 20
     while len(list(out.glob("*/trial.log"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # let both fake trials reach their sleep
     t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     output = proc.communicate(timeout=30)[0]
     assert time.monotonic() - t0 < 15, output
     assert proc.returncode == 4, output  # interrupted, as attnlab-train (README: exit codes)
