@@ -179,9 +179,9 @@ def test_every_logger_option_builds(compose, option, tmp_path, monkeypatch):
 
 
 def _quiet_module_class():
-    from attnlab.training.module import Seq2SeqModule
+    from attnlab.training.module import TransformerModule
 
-    class QuietSeq2Seq(Seq2SeqModule):
+    class QuietSeq2Seq(TransformerModule):
         """A researcher's own LightningModule, named by module._target_."""
 
     return QuietSeq2Seq
@@ -192,16 +192,19 @@ QuietSeq2Seq = _quiet_module_class()
 
 def test_the_module_is_the_class_its_target_names(compose, tmp_path):
     from attnlab.pipeline.build import build_datamodule, build_module
-    from attnlab.training.module import Seq2SeqModule
+    from attnlab.tasks.lm import LanguageModeling
+    from attnlab.tasks.seq2seq import Seq2Seq
+    from attnlab.training.module import TransformerModule
 
     class_name = f"{__name__}.QuietSeq2Seq"
-    for overrides, expected in (
-        ([], Seq2SeqModule),
-        ([f"module._target_={class_name}"], QuietSeq2Seq),
+    for overrides, expected, task in (
+        ([], TransformerModule, Seq2Seq),
+        ([f"module._target_={class_name}"], QuietSeq2Seq, Seq2Seq),
+        (["model=lm_small"], TransformerModule, LanguageModeling),  # the data's task
     ):
         cfg = compose([f"paths.run_dir={tmp_path}", *overrides])
         module = build_module(cfg, build_datamodule(cfg, tmp_path))
-        assert type(module) is expected
+        assert type(module) is expected and type(module.task) is task
         assert module.hparams.scheduler["peak_lr"] == cfg.scheduler.peak_lr  # the same either way
 
 

@@ -88,6 +88,7 @@ def test_no_import_cycle_among_attnlabs_modules():
 # one level import nothing from each other.
 LEVELS = (
     ("model", "data"),  # pure PyTorch; the data modules
+    ("tasks",),  # how a task's batches meet the model
     ("runs",),  # the run directory: records, checkpoints, loggers
     ("training",),  # the LightningModule and its callbacks
     ("evaluation",),  # decoding and scoring of a trained model

@@ -129,6 +129,7 @@ def test_a_checkpoint_that_names_its_optimizer_by_name_gets_the_same_optimizer()
     ("optim", "message"),
     [
         ({**OPTIM, "eps": -1.0}, r"^optim.eps=-1.0 is not valid; expected a number >= 0$"),
+        ({**OPTIM, "lr": 0.5}, r"^optim.lr is not an argument here; .* use scheduler.peak_lr$"),
         ({**OPTIM, "betas": [0.9]}, r"^optim.betas=\[0.9\] is not valid; expected 2 numbers$"),
         ({"_target_": "torch.optim.SGD", "momentum": -1.0},
          r"^optim \(torch.optim.SGD\) is not valid: Invalid momentum value: -1.0$"),

@@ -21,6 +21,7 @@ from attnlab.bench.memory import peak_bytes
 from attnlab.bench.timing import interleave, ratio, time_block
 from attnlab.bench.torch_nn import TorchNNTransformer, unsupported
 from attnlab.config.plain import to_plain
+from attnlab.tasks import task_named
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss
 from attnlab.training.optimizer import optimizer_from_config
 
@@ -38,8 +39,7 @@ class Stepper:
     def step(self, batch: dict) -> None:
         ctx = self.ctx
         self.optimizer.zero_grad(set_to_none=True)
-        inputs = (batch["src"], batch["tgt_in"]) if ctx.task == "seq2seq" else (batch["tokens"],)
-        targets = batch["tgt_out"] if ctx.task == "seq2seq" else batch["targets"]
+        inputs, targets = task_named(ctx.task).inputs_and_targets(batch)
         pad = ctx.special_ids["pad"]
         with ctx.autocast():  # as attnlab-train's TransformerModule.loss_logits_and_targets
             logits, targets = logits_for_loss(self.model, inputs, targets, pad, self.compiled)

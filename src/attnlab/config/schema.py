@@ -65,9 +65,9 @@ def model_options(model) -> dict:
 
 @dataclass
 class ModuleConfig:
-    """The LightningModule (attnlab.pipeline.build.build_module): `_target_` null picks
-    Seq2SeqModule or LanguageModelModule by the data's task; module._target_=pkg.MyModule
-    trains your own subclass of attnlab.training.module.TransformerModule (same arguments)."""
+    """The LightningModule (attnlab.pipeline.build.build_module): `_target_` null is
+    attnlab.training.module.TransformerModule, built for the data's task (attnlab.tasks);
+    module._target_=pkg.MyModule trains your own subclass of it (same arguments)."""
 
     _target_: str | None = None
 

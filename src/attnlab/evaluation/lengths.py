@@ -55,7 +55,7 @@ def checkpoint_name(paths) -> str:
 def evaluate_checkpoint_lengths(model, hparams: dict, run_dir: Path, cfg, started: float) -> dict:
     """Score the loaded (averaged) model at each length; write and return <out>.json."""
     from attnlab.training.extrapolation import evaluate_lengths, metric_names
-    from attnlab.training.module import module_for
+    from attnlab.training.module import TransformerModule
 
     datamodule = run_datamodule(run_dir, cfg.data)
     if not hasattr(datamodule, "positions_needed"):
@@ -70,7 +70,7 @@ def evaluate_checkpoint_lengths(model, hparams: dict, run_dir: Path, cfg, starte
             "eval.lengths=[...] is required: the run has no data.eval_lengths and no training "
             "length to default to; e.g. eval.lengths=[8,16,32]"
         )
-    module = module_for(datamodule.task)(**hparams)
+    module = TransformerModule(**{**hparams, "task": hparams.get("task") or datamodule.task})
     module.model = model
     module.to(device_of(cfg.device))
     results = evaluate_lengths(module, datamodule, lengths, cfg.eval.n_examples, progress=True)

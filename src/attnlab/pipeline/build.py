@@ -28,7 +28,7 @@ from attnlab.training.environment import (
     cluster_plugins,
     warn_if_bf16_is_emulated,
 )
-from attnlab.training.module import TransformerModule, module_for
+from attnlab.training.module import TransformerModule
 from attnlab.training.progress import progress_bar
 from attnlab.training.short_runs import validation_interval, warmup_warning
 from attnlab.training.summary import ParamsSummary
@@ -67,15 +67,15 @@ def build_datamodule(cfg: DictConfig, run_dir: Path) -> L.LightningDataModule:
 
 
 def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
-    """cfg.module's `_target_` (null: the LightningModule for the data's task, Seq2SeqModule or
-    LanguageModelModule) built with the model sized to the data's vocabulary, the data's
-    special ids and the optim, scheduler and loss groups."""
+    """cfg.module's `_target_` (null: TransformerModule) built for the data's task
+    (attnlab.tasks), with the model sized to the data's vocabulary, the data's special ids and
+    the optim, scheduler and loss groups."""
     model_config = TransformerConfig.from_options(
         model_options(cfg.model), vocab_size=datamodule.vocab_size, pad_id=datamodule.pad_id,
         prefix="model.",
     )  # fmt: skip
     target = cfg.module.get("_target_")
-    module_class = get_class(target) if target else module_for(datamodule.task)
+    module_class = get_class(target) if target else TransformerModule
     return module_class(  # plain Python arguments: checkpoints load with weights_only
         model=model_config.to_dict(),
         optim=to_plain(cfg.optim),
@@ -88,6 +88,7 @@ def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
         max_steps=cfg.trainer.max_steps,
         exact_match=exact_match_enabled(cfg),
         compile=bool(cfg.model.get("compile", False)),
+        task=datamodule.task,
     )
 
 

@@ -178,20 +178,18 @@ class AttentionMaps(L.Callback):
         if not trainer.is_global_zero:
             return []
         batch = {k: v.to(pl_module.device) for k, v in self._examples(trainer).items()}
-        model = pl_module.model
-        if "src" in batch:
-            weights = collect_attention(model, batch["src"], batch["tgt_in"])
-        else:
-            weights = collect_attention(model, batch["tokens"])
+        weights = collect_attention(pl_module.model, *pl_module.task.inputs(batch))
         out = Path(trainer.default_root_dir) / "attention" / f"step={trainer.global_step}"
         save_npz(out / "attention.npz", weights)
         paths = []
         for i in range(next(iter(batch.values())).size(0)):
-            paths += self._render_example(trainer, batch, weights, i, out / f"example{i}")
+            paths += self._render_example(
+                trainer, pl_module.task, batch, weights, i, out / f"example{i}"
+            )
         log_images(trainer.loggers, paths, trainer.global_step)
         return paths
 
-    def _render_example(self, trainer, batch, weights, i: int, out: Path) -> list[Path]:
+    def _render_example(self, trainer, task, batch, weights, i: int, out: Path) -> list[Path]:
         dm = trainer.datamodule
         tokenizer, sep_id = getattr(dm, "tokenizer", None), getattr(dm, "sep_id", None)
 
@@ -199,8 +197,8 @@ class AttentionMaps(L.Callback):
             ids = ids[ids != PAD_ID][: self.max_tokens]
             return token_labels(ids.tolist(), tokenizer, sep_id)
 
-        src = labels(batch["src"][i] if "src" in batch else batch["tokens"][i])
-        tgt = labels(batch["tgt_in"][i]) if "tgt_in" in batch else None
+        src = labels(batch[task.source_key][i])
+        tgt = labels(batch[task.query_key][i]) if task.query_key else None
         per_module = {name: w[i] for name, w in weights.items()}
         axes = {name: axes_labels(name, src, tgt) for name in per_module}
         return render_maps(per_module, axes, out, f", step {trainer.global_step}")

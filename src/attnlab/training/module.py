@@ -1,6 +1,8 @@
-"""LightningModules: encoder-decoder (Seq2SeqModule) and decoder-only (LanguageModelModule).
+"""The LightningModule: one TransformerModule for every task (attnlab.tasks: sentence pairs for an
+encoder-decoder, one token stream for a decoder-only model), which it asks how a batch becomes
+the model's inputs and targets and how whole-sequence answers are predicted.
 
-Both train with label-smoothed cross-entropy (Sec. 5.4) and Adam with beta1=0.9, beta2=0.98,
+It trains with label-smoothed cross-entropy (Sec. 5.4) and Adam with beta1=0.9, beta2=0.98,
 eps=1e-9 under a learning-rate schedule stepped every optimizer step (Sec. 5.3), and log
 
     train/  loss, nll, perplexity, token_acc, lr, tokens_per_sec (z_loss when loss.z_loss > 0)
@@ -30,6 +32,7 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
+from attnlab.tasks import task_named
 from attnlab.training.diagnostics import probe
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss, z_loss
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
@@ -41,10 +44,12 @@ _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 
 
 class TransformerModule(L.LightningModule):
-    """Shared training logic; subclasses say how a batch becomes logits / targets / predictions.
+    """Training, evaluation and logging of a Transformer on the batches of `task`.
 
-    model: TransformerConfig fields (dict); optim: {name, betas, eps, weight_decay};
-    scheduler: {name, peak_lr, warmup_steps, scale, min_lr, max_steps}; max_steps: the run's length
+    model: TransformerConfig fields (dict); optim, scheduler: partials of their classes
+    (`_target_` and arguments: attnlab.training.optimizer, .schedules); task: the data module's
+    task (attnlab.tasks: "seq2seq", "lm"; null: the class's default_task, for checkpoints made
+    before it was an argument); max_steps: the run's length
     (the cosine schedule's default horizon); exact_match: greedy-decode every evaluation
     batch for val/ and test/exact_match. Plain dicts, so checkpoints reload with
     `load_from_checkpoint` alone. compile: torch.compile the model's forward (training and
@@ -71,6 +76,7 @@ class TransformerModule(L.LightningModule):
         loss_normalize: str = "tokens_global",
         exact_match: bool = True,
         compile: bool = False,
+        task: str | None = None,
     ) -> None:
         super().__init__()
         if loss_normalize not in LOSS_NORMALIZATIONS:
@@ -78,7 +84,10 @@ class TransformerModule(L.LightningModule):
                 f"loss.normalize={loss_normalize!r} is not valid; "
                 f"expected one of: {', '.join(LOSS_NORMALIZATIONS)}"
             )
+        if (task or self.default_task) is None:
+            raise ValueError("TransformerModule needs a task; expected one of the data's tasks")
         self.save_hyperparameters(logger=False)  # the full config is logged by train.py
+        self.task = task_named(task or self.default_task)
         self.config = TransformerConfig(**model)
         self.model = Transformer(self.config)
         if compile:  # in place: self.model's parameters and state_dict keys stay as they are
@@ -109,10 +118,15 @@ class TransformerModule(L.LightningModule):
         # checkpoints): the loss at initialization, where an LR sensitivity caps a diverged run.
         self.nll_init: Tensor | None = None
 
-    # --- what subclasses define -----------------------------------------------------------
+    default_task: str | None = None  # the task of a checkpoint saved without one
+
+    # --- what the task defines ------------------------------------------------------------
+    def forward(self, *inputs: Tensor) -> Tensor:
+        return self.model(*inputs)
+
     def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
-        """The model's inputs for teacher forcing, and the targets (B, T)."""
-        raise NotImplementedError
+        """The model's inputs for teacher forcing, and the targets (B, T) (the task's)."""
+        return self.task.inputs_and_targets(batch)
 
     def logits_and_targets(self, batch: dict) -> tuple[Tensor, Tensor]:
         """Teacher-forced logits (B, T, V) and their targets (B, T)."""
@@ -127,8 +141,8 @@ class TransformerModule(L.LightningModule):
 
     def predict_sequences(self, batch: dict) -> tuple[Tensor, Tensor] | None:
         """Greedy predictions (B, L) and references (B, T), both ending in EOS; None if the
-        batch has no notion of a whole-sequence answer."""
-        raise NotImplementedError
+        batch has no notion of a whole-sequence answer (the task's)."""
+        return self.task.predict(self.model, batch, self.bos_id, self.eos_id, self.pad_id)
 
     # --- training -------------------------------------------------------------------------
     # The step itself costs what a plain PyTorch loop costs: the train/ metrics are computed
@@ -352,58 +366,13 @@ class TransformerModule(L.LightningModule):
 
 
 class Seq2SeqModule(TransformerModule):
-    """Encoder-decoder on batches {src, tgt_in, tgt_out}."""
+    """TransformerModule whose default task is seq2seq: checkpoints and subclasses made before
+    the task was an argument."""
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.model(src, tgt_in)
-
-    def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
-        return (batch["src"], batch["tgt_in"]), batch["tgt_out"]
-
-    def predict_sequences(self, batch: dict) -> tuple[Tensor, Tensor]:
-        from attnlab.model.decoding import greedy_decode
-
-        tgt_out = batch["tgt_out"]
-        # One step beyond the target: greedy_decode forces EOS at its limit, and the model
-        # should emit EOS by itself to match.
-        max_len = tgt_out.size(1) + 1
-        pred = greedy_decode(self.model, batch["src"], self.bos_id, self.eos_id, max_len)
-        return pred, tgt_out
+    default_task = "seq2seq"
 
 
 class LanguageModelModule(TransformerModule):
-    """Decoder-only on batches {tokens, targets}. With `prompt_len` (B,) in the batch (the
-    synthetic tasks), exact_match greedily continues tokens[:prompt_len] and compares the
-    continuation with the targets from there on."""
+    """TransformerModule whose default task is lm (as Seq2SeqModule)."""
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.model(tokens)
-
-    def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
-        return (batch["tokens"],), batch["targets"]
-
-    def predict_sequences(self, batch: dict) -> tuple[Tensor, Tensor] | None:
-        from attnlab.model.decoding import generate
-
-        if "prompt_len" not in batch:
-            return None
-        tokens, targets, prompt_len = batch["tokens"], batch["targets"], batch["prompt_len"]
-        preds = torch.full_like(targets, self.pad_id)
-        refs = torch.full_like(targets, self.pad_id)
-        for p in prompt_len.unique().tolist():  # prompts of one length form one batch
-            rows = (prompt_len == p).nonzero(as_tuple=True)[0]
-            ref = targets[rows, p - 1 :]  # tokens[p - 1] (the separator) predicts the answer
-            n_new = int((ref != self.pad_id).sum(dim=1).max())
-            out = generate(self.model, tokens[rows, :p], max_new_tokens=n_new, eos_id=self.eos_id)
-            new = out[:, p:]  # at most n_new <= width - p + 1 tokens
-            preds[rows, : new.size(1)] = new
-            refs[rows, : ref.size(1)] = ref
-        return preds, refs
-
-
-def module_for(task: str) -> type[TransformerModule]:
-    """The LightningModule class for a data module's `task` ("seq2seq" or "lm")."""
-    modules = {"seq2seq": Seq2SeqModule, "lm": LanguageModelModule}
-    if task not in modules:
-        raise ValueError(f"data task {task!r} is not valid; expected one of: seq2seq, lm")
-    return modules[task]
+    default_task = "lm"

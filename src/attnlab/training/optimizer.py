@@ -119,6 +119,11 @@ def check_optimizer(optim: dict) -> None:
     """The optimizer's own arguments, one line naming the key: the ranges the Adam family's
     share (eps, weight_decay >= 0, two betas in [0, 1)), then torch's own checks, by building
     the optimizer over one parameter."""
+    if "lr" in optim:  # `+optim.lr=...`: the optimizer is built with lr=1.0, so it would be lost
+        raise ValueError(
+            "optim.lr is not an argument here; the peak learning rate has one home, which every "
+            "schedule reads: use scheduler.peak_lr"
+        )
     betas = optim.get("betas")
     problems = [
         number_problem("optim.eps", optim["eps"], 0.0) if "eps" in optim else None,

@@ -1,0 +1,37 @@
+"""The interface every task implements (attnlab.tasks)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class Task:
+    """How batches of one kind meet the model. Subclasses set the class attributes and
+    implement `inputs`, `targets` and `predict`.
+
+    keys: the tensors every batch carries; source_key: the tokens the model reads first (the
+    attention maps' key axis); query_key: a second token axis (a decoder's input), or None.
+    """
+
+    name: str = ""
+    keys: tuple[str, ...] = ()
+    source_key: str = ""
+    query_key: str | None = None
+
+    def inputs(self, batch: dict) -> tuple[Tensor, ...]:
+        """The model's teacher-forced inputs: model(*inputs) gives logits (B, T, V)."""
+        raise NotImplementedError
+
+    def targets(self, batch: dict) -> Tensor:
+        """The targets (B, T) of those logits, PAD where there is none."""
+        raise NotImplementedError
+
+    def inputs_and_targets(self, batch: dict) -> tuple[tuple[Tensor, ...], Tensor]:
+        return self.inputs(batch), self.targets(batch)
+
+    def predict(
+        self, model: nn.Module, batch: dict, bos_id: int, eos_id: int, pad_id: int
+    ) -> tuple[Tensor, Tensor] | None:
+        """Greedy whole-sequence answers (B, L) and their references (B, T), both ending in EOS
+        (exact match compares them); None where the batch has no whole-sequence answer."""
+        raise NotImplementedError
