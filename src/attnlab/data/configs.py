@@ -15,8 +15,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from attnlab.data.options import TASK_OF_ARCH
+from attnlab.data.problems import NAMES as PROBLEMS
 
-SyntheticTask = Literal["copy", "reverse", "sort"]
+SyntheticTask = Literal[PROBLEMS]  # the modules of attnlab.data.problems
 ModelArch = Literal[tuple(TASK_OF_ARCH)]  # the model's arch, which picks the batch format
 TokenizerType = Literal["bpe", "unigram", "char"]  # SentencePiece model types
 Lang = Literal["en", "de"]  # Multi30K task 1

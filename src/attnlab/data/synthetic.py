@@ -1,4 +1,5 @@
-"""Synthetic sequence tasks (copy, reverse, sort), generated from the seed: no files.
+"""Synthetic sequence problems (attnlab.data.problems: copy, reverse, sort, ...), generated
+from the seed: no files.
 
 Every batch is a pure function of (seed, split, batch index), so runs are reproducible.
 Training draws fresh examples for every batch; validation and test are fixed sets with their own
@@ -32,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from attnlab.data.batching import per_rank_batch_size
 from attnlab.data.configs import SYNTHETIC_TASKS, SyntheticDataConfig, options_of
 from attnlab.data.options import TASK_OF_ARCH, task_for_arch
+from attnlab.data.problems import target_of
 from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
 from attnlab.validation import choice_problem, integer_problem, not_valid, present, raise_first
@@ -116,22 +118,13 @@ def make_pairs(
 
     Returns x (n, L) and y (n, L), right-padded with PAD, and the lengths (n,); |y| = |x|.
     """
-    raise_first([choice_problem("data.name", task, SYNTHETIC_TASKS)])
+    answer = target_of(task)  # ValueError naming data.name and the problems, before drawing
     lo, hi = length
     lengths = torch.randint(lo, hi + 1, (n,), generator=generator)
     width = int(lengths.max())
     x = torch.randint(NUM_SPECIAL, NUM_SPECIAL + n_symbols, (n, width), generator=generator)
-    pos = torch.arange(width)
-    pad = pos[None, :] >= lengths[:, None]  # (n, L)
-    x = x.masked_fill(pad, PAD_ID)
-    if task == "copy":
-        y = x.clone()
-    elif task == "reverse":
-        idx = (lengths[:, None] - 1 - pos[None, :]).clamp(min=0)
-        y = x.gather(1, idx).masked_fill(pad, PAD_ID)
-    else:  # sort
-        big = NUM_SPECIAL + n_symbols
-        y = x.masked_fill(pad, big).sort(dim=1).values.masked_fill(pad, PAD_ID)
+    x = x.masked_fill(torch.arange(width)[None, :] >= lengths[:, None], PAD_ID)
+    y = answer(x, lengths, n_symbols)
     return x, y, lengths
 
 
