@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from attnlab.bench.context import Context
 from attnlab.bench.timing import interleave, time_block
 from attnlab.model.decoding import beam_search, generate, greedy_decode, max_output_lengths
+from attnlab.tasks import task_named
 
 MAX_LEN_A, MAX_LEN_B = 1.0, 10  # the length limit a * source length + b
 
@@ -20,7 +21,7 @@ MAX_LEN_A, MAX_LEN_B = 1.0, 10  # the length limit a * source length + b
 def _sources(ctx: Context, n: int) -> torch.Tensor:
     """The first `n` source rows of the batches (prompts for decoder-only), right-padded to
     one width."""
-    key, pad = ("src" if ctx.task == "seq2seq" else "tokens"), ctx.special_ids["pad"]
+    key, pad = task_named(ctx.task).source_key, ctx.special_ids["pad"]
     width = max(b[key].size(1) for b in ctx.batches)
     padded = [F.pad(b[key], (0, width - b[key].size(1)), value=pad) for b in ctx.batches]
     rows = torch.cat(padded)[:n]
