@@ -69,8 +69,8 @@ if want heads; then
   ls -d $OUT/heads/*/ | xargs -P 2 -I{} sh -c \
     'attnlab-eval ckpt={}checkpoints last=5' > $OUT/heads_eval.log 2>&1
   attnlab-compare $OUT/heads --metric eval/test-avg5-step1700-1800-beam4_lp0.6/bleu \
-    --columns 'eval/*/bleu' --columns 'eval/*/nll' --columns test/bleu --out $IMG/heads
-  keep heads
+    --columns 'eval/*/bleu' --columns 'eval/*/nll' --out $IMG/heads_avg5
+  keep heads_avg5
 fi
 
 if want heads_lr; then
