@@ -12,16 +12,10 @@ a new module here (and its test); `task_named(name)` imports the one a run uses.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
-_NOT_TASKS = {"__init__", "base"}
+from attnlab.components import module_names
 
-
-def _discover() -> tuple[str, ...]:
-    return tuple(sorted({p.stem for p in Path(__file__).parent.glob("*.py")} - _NOT_TASKS))
-
-
-NAMES: tuple[str, ...] = _discover()
+NAMES: tuple[str, ...] = module_names(__file__)
 
 
 def task_named(name: str):

@@ -24,6 +24,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from hydra.utils import instantiate
 
@@ -146,11 +147,15 @@ class Noam(Schedule):
                 "scheduler.warmup_steps >= 1"
             )
 
-    def __call__(self, step: int) -> float:
-        scale = self.scale
-        if self.peak_lr is not None:
-            scale = noam_scale_for_peak(self.peak_lr, self.d_model, self.warmup_steps)
-        return noam(step, self.d_model, self.warmup_steps, scale)
+    def __call__(self, step: int) -> float:  # every optimizer step: the scale is computed once
+        return noam(step, self.d_model, self.warmup_steps, self._scale)
+
+    @cached_property
+    def _scale(self) -> float:
+        """`scale`, or the one that makes the peak (at step warmup_steps) peak_lr."""
+        if self.peak_lr is None:
+            return self.scale
+        return noam_scale_for_peak(self.peak_lr, self.d_model, self.warmup_steps)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,19 +11,11 @@ model's arch decides the batch format (attnlab.tasks), not the problem.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
+
+from attnlab.components import module_names
 
 # The problems the report uses first, then any added later, by name.
-_ORDER = ("copy", "reverse", "sort")
-
-
-def _discover() -> tuple[str, ...]:
-    found = {p.stem for p in Path(__file__).parent.glob("*.py")} - {"__init__"}
-    known = [name for name in _ORDER if name in found]
-    return (*known, *sorted(found - set(known)))
-
-
-NAMES: tuple[str, ...] = _discover()
+NAMES: tuple[str, ...] = module_names(__file__, ("copy", "reverse", "sort"))
 
 
 def target_of(name: str):

@@ -20,21 +20,12 @@ own self-attention, and the encoder through its own).
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
+
+from attnlab.components import module_names
 
 # The paper's encoding first, then its rivals in the order the report discusses them; encodings
 # added later follow, by name.
-_ORDER = ("sinusoidal", "learned", "rope", "alibi", "none")
-_NOT_ENCODINGS = {"__init__", "base"}
-
-
-def _discover() -> tuple[str, ...]:
-    found = {p.stem for p in Path(__file__).parent.glob("*.py")} - _NOT_ENCODINGS
-    known = [name for name in _ORDER if name in found]
-    return (*known, *sorted(found - set(known)))
-
-
-NAMES: tuple[str, ...] = _discover()
+NAMES: tuple[str, ...] = module_names(__file__, ("sinusoidal", "learned", "rope", "alibi", "none"))
 
 
 def encoding_class(name: str):
