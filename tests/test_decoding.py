@@ -1,10 +1,17 @@
-"""Greedy and beam search: beam 1 is greedy, cached decoding equals uncached, limits hold."""
+"""Greedy and beam search: beam 1 is greedy, cached decoding equals uncached, limits hold; the
+same for beam search continuing a decoder-only model's prompt."""
 
 import pytest
 import torch
 
 from attnlab.model import POS_ENCODINGS, Transformer
-from attnlab.model.decoding import beam_search, generate, gnmt_length_penalty, greedy_decode
+from attnlab.model.decoding import (
+    beam_continue,
+    beam_search,
+    generate,
+    gnmt_length_penalty,
+    greedy_decode,
+)
 from model_utils import tiny
 
 V, BOS, EOS, PAD = 30, 2, 3, 0
@@ -91,3 +98,58 @@ def test_generate_cached_equals_uncached(pe):
     b = generate(model, prompt, 8, use_cache=False)
     assert a.shape == (2, 13) and torch.equal(a, b)
     assert torch.equal(a[:, :5], prompt)
+
+
+def _greedy_by_full_forward(model, prompt, max_len):
+    """The oracle: argmax over the whole sequence recomputed at every step (no cache), PAD and
+    BOS forbidden, EOS forced at the limit, as the beam search's rules."""
+    rows = []
+    for p in prompt:
+        seq = p.tolist()
+        out = []
+        for step in range(max_len):
+            logits = model(torch.tensor([seq]))[0, -1]
+            logits[[PAD, BOS]] = float("-inf")
+            tok = EOS if step + 1 == max_len else int(logits.argmax())
+            out.append(tok)
+            seq.append(tok)
+            if tok == EOS:
+                break
+        rows.append(out)
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+
+
+@pytest.mark.parametrize("pe", ["sinusoidal", "rope", "alibi"])
+def test_beam_continue_with_one_beam_is_greedy_over_the_whole_sequence(pe):
+    model = model_for(pe, arch="decoder_only", seed=4)
+    prompt = torch.randint(4, V, (3, 5), generator=torch.Generator().manual_seed(2))
+    out = beam_continue(model, prompt, BOS, EOS, beam_size=1, max_len=6)
+    assert torch.equal(out, _greedy_by_full_forward(model, prompt, 6))
+
+
+def test_beam_continue_decodes_each_prompt_as_if_alone():
+    # the K copies of each prompt's cache stay with their prompt through every reorder
+    model = model_for("rope", arch="decoder_only", seed=5)
+    prompt = torch.randint(4, V, (4, 6), generator=torch.Generator().manual_seed(3))
+    together = beam_continue(model, prompt, BOS, EOS, beam_size=3, max_len=7)
+    for i in range(4):
+        alone = beam_continue(model, prompt[i : i + 1], BOS, EOS, beam_size=3, max_len=7)
+        n = alone.size(1)
+        assert torch.equal(together[i, :n], alone[0]) and (together[i, n:] == PAD).all()
+    lengths = together.ne(PAD).sum(1)
+    assert (lengths <= 7).all() and (together.gather(1, lengths[:, None] - 1) == EOS).all()
+
+
+def test_beam_continue_scores_at_least_greedy():
+    model = model_for("sinusoidal", arch="decoder_only", seed=6)
+    prompt = torch.randint(4, V, (4, 4), generator=torch.Generator().manual_seed(4))
+
+    def logprob(out):
+        seq = torch.cat([prompt, out], dim=1)
+        logp = torch.log_softmax(model(seq[:, :-1]), -1)[:, prompt.size(1) - 1 :]
+        return (logp.gather(2, out[:, :, None]).squeeze(2) * out.ne(PAD)).sum(1)
+
+    greedy = beam_continue(model, prompt, BOS, EOS, beam_size=1, length_penalty=0.0, max_len=5)
+    beam = beam_continue(model, prompt, BOS, EOS, beam_size=5, length_penalty=0.0, max_len=5)
+    assert (logprob(beam) >= logprob(greedy) - 1e-4).all()

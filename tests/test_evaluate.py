@@ -38,7 +38,10 @@ def _slice(split: str, lang: str, n: int, dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
     """A tiny encoder-decoder trained for 6 steps on 300 pairs (val / test: 40 pairs each)."""
-    root = tmp_path_factory.mktemp("translation")
+    return _train(tmp_path_factory.mktemp("translation"), [])
+
+
+def _train(root: Path, extra: list[str]) -> dict:
     files = {}
     for split, name, n in (("train", "train", N_TRAIN), ("val", "val", N_EVAL)):
         for side, lang in (("src", "en"), ("tgt", "de")):
@@ -70,6 +73,7 @@ def run(tmp_path_factory) -> dict:
         "checkpoint.every_minutes=null",
         "logger=none",
         f"paths.run_dir={run_dir}",
+        *extra,
     ]
     results = train(compose_config(REPO / "conf", overrides), overrides)
     return {"results": results, "run_dir": run_dir, "files": files, "root": root}
@@ -261,3 +265,22 @@ def test_two_evaluations_of_a_run_keep_two_sets_of_files(run, capsys):
         "test-avg2-step3-6-beam4_lp0.6.json",
         "test-last-greedy.json",
     }
+
+
+def test_a_decoder_only_model_translates_pairs_as_one_sequence(tmp_path, capsys):
+    """Task and architecture are independent: model.arch=decoder_only on the same pairs reads
+    [BOS] x [SEP] y [EOS] (attnlab.data.pairs), logs BLEU from beam search continuing the
+    prompt, and attnlab-eval reproduces the run's test/bleu and test/perplexity."""
+    lm = _train(tmp_path, ["model.arch=decoder_only"])
+    metrics = lm["results"]["metrics"]
+    assert lm["results"]["status"] == "completed" and metrics["test/chrf"] > 0
+    ckpt = torch.load(lm["run_dir"] / "checkpoints" / "last.ckpt", weights_only=True)
+    hparams = ckpt["hyper_parameters"]
+    assert hparams["task"] == "lm" and hparams["model"]["arch"] == "decoder_only"
+    assert hparams["model"]["vocab_size"] == 301  # the tokenizer's 300 and the separator
+    best = next((lm["run_dir"] / "checkpoints").glob("best-step=*.ckpt"))
+    results, hyps, _ = _eval([f"ckpt={best}", f"out={tmp_path / 'test'}"], capsys)
+    assert results["n_sentences"] == len(hyps) == N_EVAL
+    assert results["bleu"] == pytest.approx(metrics["test/bleu"], abs=0.01)
+    assert results["chrf"] == pytest.approx(metrics["test/chrf"], abs=0.01)
+    assert results["perplexity"] == pytest.approx(metrics["test/perplexity"], rel=1e-3)

@@ -173,7 +173,8 @@ def test_bad_arguments_name_the_key(kwargs, key):
 def _memory_of_source_and_reverse(pos_encoding: str):
     """The encoder's memory (B, S, d_model) for a copy batch's sources x + [EOS] and for
     reverse(x) + [EOS] (both built by the data code), and the sources' lengths with EOS."""
-    from attnlab.data.synthetic import make_pairs, seq2seq_batch
+    from attnlab.data.pairs import seq2seq_pairs
+    from attnlab.data.synthetic import make_pairs
     from attnlab.model import Transformer, TransformerConfig
 
     torch.manual_seed(0)
@@ -185,9 +186,11 @@ def _memory_of_source_and_reverse(pos_encoding: str):
         n_decoder_layers=1, pos_encoding=pos_encoding, dropout=0.0,
     )  # fmt: skip
     model = Transformer(cfg).eval()
+    k = lengths.tolist()
+    rows = [[r[:n] for r, n in zip(t.tolist(), k, strict=True)] for t in (x, reversed_x)]
     with torch.no_grad():
-        a = model.encode(seq2seq_batch(x, x, lengths)["src"])[0]
-        b = model.encode(seq2seq_batch(reversed_x, reversed_x, lengths)["src"])[0]
+        a = model.encode(seq2seq_pairs(rows[0], rows[0])["src"])[0]
+        b = model.encode(seq2seq_pairs(rows[1], rows[1])["src"])[0]
     return a, b, lengths + 1
 
 

@@ -13,7 +13,8 @@ import torch
 from attnlab.data.batching import BlockBatchSampler
 from attnlab.data.download import KNOWN_FILES, DownloadError, RemoteFile, sha256_file
 from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
-from attnlab.data.text import ParallelTextDataset, collate_seq2seq, read_lines
+from attnlab.data.pairs import collate_pairs
+from attnlab.data.text import ParallelTextDataset, read_lines
 from attnlab.data.translation import Multi30kDataModule, TranslationDataModule
 from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -95,16 +96,27 @@ def test_parallel_dataset_filters_train_and_truncates_eval(small_files, tmp_path
         ParallelTextDataset(src, tgt[:3], tok)
 
 
+PAIRS = [
+    {"src": [5, 6, EOS_ID], "tgt": [7, 8, 9], "src_text": "a", "tgt_text": "b"},
+    {"src": [5, EOS_ID], "tgt": [7], "src_text": "c", "tgt_text": "d"},
+]
+
+
 def test_collate_adds_bos_eos_and_pads():
-    batch = collate_seq2seq(
-        [
-            {"src": [5, 6, EOS_ID], "tgt": [7, 8, 9], "src_text": "a", "tgt_text": "b"},
-            {"src": [5, EOS_ID], "tgt": [7], "src_text": "c", "tgt_text": "d"},
-        ]
-    )
+    batch = collate_pairs(PAIRS)
     assert batch["src"].tolist() == [[5, 6, EOS_ID], [5, EOS_ID, PAD_ID]]
     assert batch["tgt_in"].tolist() == [[BOS_ID, 7, 8, 9], [BOS_ID, 7, PAD_ID, PAD_ID]]
     assert batch["tgt_out"].tolist() == [[7, 8, 9, EOS_ID], [7, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch["src_text"] == ["a", "c"] and batch["tgt_text"] == ["b", "d"]
+
+
+def test_collate_for_a_decoder_only_model_joins_each_pair_with_a_separator():
+    sep, P = 99, PAD_ID
+    batch = collate_pairs(PAIRS, sep_id=sep)
+    assert batch["tokens"].tolist() == [[BOS_ID, 5, 6, sep, 7, 8, 9], [BOS_ID, 5, sep, 7, P, P, P]]
+    # the loss is on y + EOS only: PAD over the prompt, whose last token (SEP) predicts y's first
+    assert batch["targets"].tolist() == [[P, P, P, 7, 8, 9, EOS_ID], [P, P, 7, EOS_ID, P, P, P]]
+    assert batch["prompt_len"].tolist() == [4, 3]
     assert batch["src_text"] == ["a", "c"] and batch["tgt_text"] == ["b", "d"]
 
 
@@ -131,6 +143,23 @@ def test_translation_datamodule_batches(small_files, tmp_path):
     assert sorted(seen) == sorted(dm.datasets["train"].src_text)  # each pair once
     val = next(iter(dm.val_dataloader()))
     assert dm.tokenizer.decode(val["tgt_out"][0].tolist()) == val["tgt_text"][0]
+
+
+def test_translation_datamodule_for_a_decoder_only_model(small_files, tmp_path):
+    dm = small_dm(small_files, tmp_path, arch="decoder_only")
+    dm.setup("fit")
+    assert (dm.task, dm.sep_id, dm.vocab_size) == ("lm", 600, 601)  # the separator's own id
+    batch = next(iter(dm.val_dataloader()))
+    tokens, targets, prompt_len = batch["tokens"], batch["targets"], batch["prompt_len"]
+    assert tokens.shape == targets.shape and len(batch["tgt_text"]) == tokens.size(0)
+    for i in range(tokens.size(0)):
+        p = int(prompt_len[i])
+        assert tokens[i, 0] == BOS_ID and tokens[i, p - 1] == dm.sep_id
+        assert dm.tokenizer.decode(tokens[i, 1 : p - 1].tolist()) == batch["src_text"][i]
+        assert (targets[i, : p - 1] == PAD_ID).all()
+        assert dm.tokenizer.decode(targets[i, p - 1 :].tolist()) == batch["tgt_text"][i]
+    with pytest.raises(ValueError, match="data.arch='encoder_only' is not valid"):
+        small_dm(small_files, tmp_path, arch="encoder_only")
 
 
 def test_translation_datamodule_rejects_bad_config(small_files, tmp_path):

@@ -138,12 +138,15 @@ def evaluate(cfg: EvalConfig) -> dict:
 
     started = time.perf_counter()
     model, hparams, run_dir = load_model(cfg.ckpt)
-    if cfg.eval.lengths or model.config.arch != "encoder_decoder" or is_length_task(run_dir):
+    if cfg.eval.lengths or is_length_task(run_dir):
         return evaluate_checkpoint_lengths(model, hparams, run_dir, cfg, started)
     device = device_of(cfg.device)
     model.to(device)
     src_path, ref_path, name = _sources(cfg, run_dir)
-    tokenizer, dataset, refs = _dataset(run_dir, src_path, ref_path, name, model.config.max_len)
+    max_len = model.config.max_len
+    if max_len and model.config.arch == "decoder_only":
+        max_len //= 2  # a pair is one sequence [BOS] x [SEP] y: at most twice either side
+    tokenizer, dataset, refs = _dataset(run_dir, src_path, ref_path, name, max_len)
     scores = _score(model, tokenizer, dataset, refs, cfg, device, hparams)
     out = Path(cfg.out) if cfg.out else run_dir / "eval" / default_name(name, cfg)
     return _write(out, scores, cfg, src_path, ref_path, started)
@@ -200,11 +203,14 @@ def _dataset(run_dir: Path, src_path: Path, ref_path: Path, name: str, max_len: 
 
 
 def _score(model, tokenizer, dataset, refs, cfg: EvalConfig, device, hparams) -> dict:
-    from attnlab.evaluation.translation import perplexity, sacrebleu_scores, translate
+    from attnlab.evaluation.translation import pair_reader, perplexity, sacrebleu_scores, translate
 
     bos, eos = hparams.get("bos_id", 2), hparams.get("eos_id", 3)
-    hyps = translate(model, tokenizer, dataset, cfg.decode, cfg.batch_size, device, bos, eos)
-    ppl, nll = perplexity(model, dataset, device, cfg.batch_size)
+    task, collate = pair_reader(model, tokenizer, hparams)
+    hyps = translate(
+        model, task, collate, tokenizer, dataset, cfg.decode, cfg.batch_size, device, bos, eos
+    )
+    ppl, nll = perplexity(model, task, collate, dataset, device, cfg.batch_size)
     return {"hyps": hyps, **sacrebleu_scores(hyps, refs), "perplexity": ppl, "nll": nll}
 
 

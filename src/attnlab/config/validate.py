@@ -225,8 +225,9 @@ def _check_world_size(cfg: DictConfig) -> None:
 
 
 def _check_task(cfg: DictConfig, arch: str) -> None:
-    """A decoder-only model needs language-model data, an encoder-decoder sentence pairs.
-    Synthetic tasks serve both (the datamodule's `task` follows model.arch)."""
+    """An encoder-decoder cannot train on a token stream (language-model data). Sentence pairs
+    serve both architectures (synthetic and translation data: the datamodule's `task` follows
+    model.arch, attnlab.data.pairs)."""
     target = OmegaConf.select(cfg, "data._target_", default=None)
     if not isinstance(target, str):
         return
@@ -246,10 +247,6 @@ _FITS = {
     "lm": {
         "lm_text": ("model=lm_small", None),
         "tinyshakespeare": ("model=lm_small", "tinyshakespeare"),
-    },
-    "seq2seq": {
-        "parallel_text": ("model=small", None),
-        "multi30k": ("model=small", "multi30k_cpu"),
     },
 }
 

@@ -65,8 +65,11 @@ class TextDataConfig:
 
 @dataclass
 class TranslationConfig(TextDataConfig):
-    """Length limits and the evaluation batches' budget of the translation modules."""
+    """Length limits and the evaluation batches' budget of the translation modules; arch: the
+    model's, which decides the batch format (sentence pairs, or one sequence per pair for a
+    decoder-only model: attnlab.data.pairs)."""
 
+    arch: ModelArch = "encoder_decoder"
     eval_max_tokens: int | None = None  # null: max_tokens
     max_src_len: int = 128
     max_tgt_len: int = 128

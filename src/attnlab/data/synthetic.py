@@ -15,7 +15,8 @@ divide is an error. Training batches are always full (train_size is rounded down
 of batch_size); the last validation / test batch may be smaller and is split as evenly as it
 goes, so a rank may get one batch fewer there.
 
-Batches follow docs/architecture.md. For an encoder-decoder (task "seq2seq"):
+Batches follow docs/architecture.md, built by attnlab.data.pairs. For an encoder-decoder (task
+"seq2seq"):
     src = x + [EOS], tgt_in = [BOS] + y, tgt_out = y + [EOS]
 The source ends in EOS as the text data's sources do: without an end marker an encoder whose only
 position signal is symmetric (ALiBi's -m|i-j|) or absent cannot tell x from reverse(x), and copy
@@ -33,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 from attnlab.data.batching import per_rank_batch_size
 from attnlab.data.configs import SYNTHETIC_TASKS, SyntheticDataConfig, options_of
 from attnlab.data.options import TASK_OF_ARCH, task_for_arch
+from attnlab.data.pairs import lm_pairs, seq2seq_pairs
 from attnlab.data.problems import target_of
 from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
@@ -126,40 +128,6 @@ def make_pairs(
     x = x.masked_fill(torch.arange(width)[None, :] >= lengths[:, None], PAD_ID)
     y = answer(x, lengths, n_symbols)
     return x, y, lengths
-
-
-def seq2seq_batch(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor) -> dict:
-    """src = x + [EOS], tgt_in = [BOS] + y, tgt_out = y + [EOS] (all (B, L + 1), PAD-padded)."""
-    n = x.size(0)
-    bos = torch.full((n, 1), BOS_ID, dtype=torch.long)
-    pad = torch.full((n, 1), PAD_ID, dtype=torch.long)
-    rows = torch.arange(n)
-    src = torch.cat([x, pad], dim=1)
-    src[rows, lengths] = EOS_ID
-    tgt_out = torch.cat([y, pad], dim=1)
-    tgt_out[rows, lengths] = EOS_ID
-    return {"src": src, "tgt_in": torch.cat([bos, y], dim=1), "tgt_out": tgt_out}
-
-
-def lm_batch(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor, sep_id: int) -> dict:
-    """[BOS] x [SEP] y [EOS] as tokens (B, T) / targets (B, T) shifted by one, loss on y + EOS."""
-    n = x.size(0)
-    seqs, targets, prompt_len = [], [], []
-    for i in range(n):
-        k = int(lengths[i])
-        prompt = [BOS_ID, *x[i, :k].tolist(), sep_id]
-        answer = [*y[i, :k].tolist(), EOS_ID]
-        seq = prompt + answer
-        seqs.append(seq[:-1])
-        targets.append([PAD_ID] * (len(prompt) - 1) + answer)
-        prompt_len.append(len(prompt))
-    width = max(len(s) for s in seqs)
-    tokens = torch.full((n, width), PAD_ID, dtype=torch.long)
-    target = torch.full((n, width), PAD_ID, dtype=torch.long)
-    for i, (s, t) in enumerate(zip(seqs, targets, strict=True)):
-        tokens[i, : len(s)] = torch.tensor(s)
-        target[i, : len(t)] = torch.tensor(t)
-    return {"tokens": tokens, "targets": target, "prompt_len": torch.tensor(prompt_len)}
 
 
 class SyntheticBatches(Dataset):
@@ -295,9 +263,11 @@ class SyntheticDataModule(ResumableDataModule):
             lengths = lengths[keep]
             width = int(lengths.max())
             x, y = x[keep, :width], y[keep, :width]
+        xs = [row[:k] for row, k in zip(x.tolist(), lengths.tolist(), strict=True)]
+        ys = [row[:k] for row, k in zip(y.tolist(), lengths.tolist(), strict=True)]
         if self.task == "seq2seq":
-            return seq2seq_batch(x, y, lengths)
-        return lm_batch(x, y, lengths, self.sep_id)
+            return seq2seq_pairs(xs, ys)
+        return lm_pairs(xs, ys, self.sep_id)
 
     def positions_needed(self, length: int) -> int:
         """Positions a model reads for inputs of `length` symbols (positions_needed below)."""

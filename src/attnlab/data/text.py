@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import logging
 from collections.abc import Mapping, Sequence
-from itertools import chain
 from pathlib import Path
 
 import torch
@@ -19,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.configs import TextDataConfig, defaults_of, unknown_problem
 from attnlab.data.files import GZIP_MAGIC, DataFile
+from attnlab.data.pairs import padded
 from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.tokenizer import (
     Tokenizer,
@@ -54,17 +54,6 @@ def read_lines(path: str | Path) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
-
-
-def pad_right(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tensor:
-    """(B, max length) long tensor of `seqs`, right-padded with `pad_id`."""
-    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    out = torch.full((len(seqs), max(lens.tolist(), default=0)), pad_id, dtype=torch.long)
-    if seqs and isinstance(seqs[0], torch.Tensor):
-        flat = torch.cat(list(seqs))
-    else:
-        flat = torch.tensor(list(chain.from_iterable(seqs)), dtype=torch.long)
-    return out.masked_scatter_(torch.arange(out.shape[1]) < lens[:, None], flat)  # row-major
 
 
 class ParallelTextDataset(Dataset):
@@ -153,17 +142,6 @@ class ParallelTextDataset(Dataset):
         }
 
 
-def collate_seq2seq(examples: Sequence[dict]) -> dict:
-    """src (B, S); tgt_in = [BOS] + y and tgt_out = y + [EOS], both (B, T); raw texts."""
-    return {
-        "src": pad_right([e["src"] for e in examples]),
-        "tgt_in": pad_right([[BOS_ID] + e["tgt"] for e in examples]),
-        "tgt_out": pad_right([e["tgt"] + [EOS_ID] for e in examples]),
-        "src_text": [e["src_text"] for e in examples],
-        "tgt_text": [e["tgt_text"] for e in examples],
-    }
-
-
 class TokenStreamDataset(Dataset):
     """A 1-D token stream; item i is the block stream[i : i + block_size + 1].
 
@@ -184,8 +162,8 @@ class TokenStreamDataset(Dataset):
 def collate_lm(blocks: Sequence[torch.Tensor]) -> dict:
     """tokens = block[:-1], targets = block[1:], both (B, T), right-padded with PAD."""
     return {
-        "tokens": pad_right([b[:-1] for b in blocks]),
-        "targets": pad_right([b[1:] for b in blocks]),
+        "tokens": padded([b[:-1] for b in blocks]),
+        "targets": padded([b[1:] for b in blocks]),
     }
 
 

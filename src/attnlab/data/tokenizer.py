@@ -110,13 +110,14 @@ class Tokenizer:
         return self.sp.encode(list(texts))
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Detokenized text of `ids`: stops at the first EOS, drops PAD and BOS."""
+        """Detokenized text of `ids`: stops at the first EOS, drops PAD and BOS, and ids past
+        the vocabulary (a decoder-only model's separator, attnlab.data.pairs)."""
         kept = []
         for i in ids:
             i = int(i)
             if i == EOS_ID:
                 break
-            if i not in (PAD_ID, BOS_ID):
+            if i not in (PAD_ID, BOS_ID) and i < self.vocab_size:
                 kept.append(i)
         return self.sp.decode(kept)
 

@@ -1,6 +1,8 @@
 """Translation DataModules: any line-aligned parallel text, and Multi30K En-De.
 
-Batches (docs/architecture.md): src, tgt_in, tgt_out (B, *) long, src_text, tgt_text lists.
+Batches (docs/architecture.md, attnlab.data.pairs): src, tgt_in, tgt_out (B, *) long for an
+encoder-decoder; for a decoder-only model (`arch`, wired to the model's) each pair as one sequence
+[BOS] x [SEP] y [EOS]: tokens, targets (B, T), prompt_len (B,); both with src_text, tgt_text lists.
 Training batches hold about `max_tokens` source + target tokens, padding included (Sec. 5.1,
 attnlab.data.batching.TokenBatchSampler); a joint source+target SentencePiece model (BPE by
 default) is trained on the training split and cached.
@@ -26,13 +28,9 @@ from attnlab.data.batching import TokenBatchSampler, padding_fraction
 from attnlab.data.configs import MULTI30K_LANGS, Multi30kDataConfig, ParallelTextDataConfig
 from attnlab.data.download import fetch_known, sha256_file
 from attnlab.data.files import DataFile, as_path
-from attnlab.data.options import SPLITS
-from attnlab.data.text import (
-    ParallelTextDataset,
-    TokenizedDataModule,
-    collate_seq2seq,
-    read_lines,
-)
+from attnlab.data.options import SPLITS, TASK_OF_ARCH, task_for_arch
+from attnlab.data.pairs import pair_collate
+from attnlab.data.text import ParallelTextDataset, TokenizedDataModule, read_lines
 from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
 from attnlab.validation import choice_problem, integer_problem, present
 
@@ -45,9 +43,10 @@ class TranslationDataModule(TokenizedDataModule):
     max_src_len / max_tgt_len: training pairs longer than this (in tokens, counting EOS / BOS)
     are dropped (count in `n_filtered`); evaluation pairs are truncated instead.
     eval_max_tokens: token budget of validation / test batches (default: max_tokens).
+    arch: the model's: "encoder_decoder" batches sentence pairs (task "seq2seq"), "decoder_only"
+    one sequence per pair (task "lm"), whose separator `sep_id` is one id past the tokenizer's.
     """
 
-    task = "seq2seq"
     option = "parallel_text"
     config_class = ParallelTextDataConfig  # the options (attnlab.data.configs)
 
@@ -60,14 +59,16 @@ class TranslationDataModule(TokenizedDataModule):
         }  # Multi30kDataModule: from its root instead
         self.eval_max_tokens = o.eval_max_tokens or o.max_tokens
         self.max_src_len, self.max_tgt_len = o.max_src_len, o.max_tgt_len
+        self.arch, self.task = o.arch, task_for_arch(o.arch)
         self.datasets: dict[str, ParallelTextDataset] = {}
 
     @staticmethod
     def own_problems(args: Mapping) -> list[str]:
-        """Length limits: each >= 2 (a token plus EOS / BOS), and a longest pair must fit in a
-        batch of max_tokens and of eval_max_tokens."""
+        """arch: a model.arch; length limits: each >= 2 (a token plus EOS / BOS), and a
+        longest pair must fit in a batch of max_tokens and of eval_max_tokens."""
         eval_max_tokens = args["eval_max_tokens"]
         problems = present(
+            choice_problem("data.arch", args["arch"], tuple(TASK_OF_ARCH)),
             integer_problem("data.max_src_len", args["max_src_len"], 2),
             integer_problem("data.max_tgt_len", args["max_tgt_len"], 2),
             None
@@ -179,8 +180,23 @@ class TranslationDataModule(TokenizedDataModule):
         batches = self._sampler(split, sharded=False).batches(epoch=0)
         return padding_fraction(batches, ds.src_lens, ds.tgt_lens)
 
+    @property
+    def sep_id(self) -> int | None:
+        """The decoder-only format's separator (None for an encoder-decoder's pairs)."""
+        return self.tokenizer.vocab_size if self.task == "lm" else None
+
+    @property
+    def vocab_size(self) -> int:
+        """The model's vocabulary: the tokenizer's, and the separator where there is one."""
+        return self.tokenizer.vocab_size + (self.sep_id is not None)
+
+    @property
+    def collate(self):
+        """The collate of this module's batch format (attnlab.data.pairs)."""
+        return pair_collate(self.arch, self.tokenizer.vocab_size)
+
     def _dataloader(self, split: str) -> DataLoader:
-        return self._loader(self._dataset(split), self._sampler(split), collate_seq2seq)
+        return self._loader(self._dataset(split), self._sampler(split), self.collate)
 
     def train_loader(self) -> DataLoader:
         return self._dataloader("train")

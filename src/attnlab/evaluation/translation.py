@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from attnlab.data.text import collate_seq2seq
+from attnlab.data.options import task_for_arch
+from attnlab.data.pairs import pair_collate
 from attnlab.evaluation.checkpoints import EvalError
-from attnlab.model.decoding import beam_search, greedy_decode, max_output_lengths
+from attnlab.tasks.base import Decoding
 from attnlab.training.metrics import perplexity as perplexity_of
 
 
@@ -32,16 +33,28 @@ def split_files(run_dir: Path, split: str, data_overrides: dict) -> tuple[Path, 
         raise EvalError(str(err).strip("'")) from None
 
 
-def translate(model, tokenizer, dataset, decode, batch_size: int, device, bos_id, eos_id):
+def pair_reader(model, tokenizer, hparams: dict):
+    """(the checkpoint's task, the collate of pairs for its model): sentence pairs for an
+    encoder-decoder, one sequence per pair for a decoder-only model (attnlab.data.pairs)."""
+    from attnlab.tasks import task_named
+
+    arch = model.config.arch
+    task = task_named(hparams.get("task") or task_for_arch(arch))
+    return task, pair_collate(arch, tokenizer.vocab_size)
+
+
+def translate(model, task, collate, tokenizer, dataset, decode, batch_size: int, device, bos, eos):
     """Hypotheses in dataset order; batches are formed by source length for speed. `decode`
-    holds beam_size (1: greedy), length_penalty, max_len_a and max_len_b."""
+    holds beam_size (1: greedy), length_penalty, max_len_a and max_len_b; `task` decodes
+    (attnlab.tasks) the batches `collate` makes."""
     order = sorted(range(len(dataset)), key=lambda i: dataset.src_lens[i])
+    d = Decoding(decode.beam_size, decode.length_penalty, decode.max_len_a, decode.max_len_b)
     hyps: list[str] = [""] * len(dataset)
     progress = tqdm(total=len(order), desc="decoding", unit="sent", file=sys.stderr)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        src = collate_seq2seq([dataset[i] for i in idx])["src"].to(device)
-        out = _decode_batch(model, src, decode, bos_id, eos_id)
+        batch = _to(collate([dataset[i] for i in idx]), device)
+        out = task.translate(model, batch, bos, eos, d)
         for i, text in zip(idx, tokenizer.decode_batch(out.tolist()), strict=True):
             hyps[i] = text
         progress.update(len(idx))
@@ -49,32 +62,23 @@ def translate(model, tokenizer, dataset, decode, batch_size: int, device, bos_id
     return hyps
 
 
-def _decode_batch(model, src, d, bos_id: int, eos_id: int):
-    if d.beam_size == 1:
-        limits = max_output_lengths(src, model.config.pad_id, d.max_len_a, d.max_len_b)
-        return greedy_decode(model, src, bos_id, eos_id, limits)
-    return beam_search(
-        model, src, bos_id, eos_id, d.beam_size, d.length_penalty, d.max_len_a, d.max_len_b
-    )
+def _to(batch: dict, device) -> dict:
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
 @torch.no_grad()
-def perplexity(model, dataset, device, batch_size: int) -> tuple[float, float]:
+def perplexity(model, task, collate, dataset, device, batch_size: int) -> tuple[float, float]:
     """exp of the mean per-token NLL of the references (teacher forcing, EOS included)."""
     total, count = 0.0, 0
+    pad_id = model.config.pad_id
     for start in range(0, len(dataset), batch_size):
-        batch = collate_seq2seq(
-            [dataset[i] for i in range(start, min(len(dataset), start + batch_size))]
-        )
-        logits = model(batch["src"].to(device), batch["tgt_in"].to(device))
-        target = batch["tgt_out"].to(device)
+        examples = [dataset[i] for i in range(start, min(len(dataset), start + batch_size))]
+        inputs, target = task.inputs_and_targets(_to(collate(examples), device))
+        logits = model(*inputs)
         total += F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            target.flatten(),
-            ignore_index=model.config.pad_id,
-            reduction="sum",
+            logits.flatten(0, 1).float(), target.flatten(), ignore_index=pad_id, reduction="sum"
         ).item()
-        count += int(target.ne(model.config.pad_id).sum())
+        count += int(target.ne(pad_id).sum())
     nll = total / max(count, 1)
     return perplexity_of(nll), nll
 

@@ -1,6 +1,7 @@
-"""Decoding: greedy, batched beam search (Sec. 6.1: beam 4, length penalty alpha = 0.6) and
-sampling for decoder-only models. All use incremental decoding: with `use_cache=True` the keys and
-values of earlier steps are kept in a KVCache and only the newest token is fed to the decoder.
+"""Decoding: greedy, batched beam search (Sec. 6.1: beam 4, length penalty alpha = 0.6), the same
+beam search continuing a decoder-only model's prompt, and sampling for decoder-only models.
+All use incremental decoding: with `use_cache=True` the keys and values of earlier steps are kept
+in a KVCache and only the newest token is fed to the decoder.
 
 Outputs never contain the leading BOS; each row ends with EOS (unless cut by the length limit)
 and is right-padded with PAD.
@@ -165,10 +166,42 @@ def beam_search(
     memory, memory_mask = model.encode(src)  # (B, S, d_model), (B, S)
     cache = model.new_cache() if use_cache else None
     beams = _Beams(src.size(0), beam_size, bos_id, eos_id, src.device)
+    return _search(model, beams, limits, memory, memory_mask, cache, length_penalty, bos_id)
+
+
+@torch.no_grad()
+def beam_continue(
+    model: Transformer,
+    prompt: Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_len: int = 50,
+) -> Tensor:
+    """Beam search for a decoder-only model: the continuations of `prompt` (B, P), all P tokens
+    real (no padding), ranked as in beam_search, each at most `max_len` tokens (EOS included,
+    forced at the limit). beam_size 1 is greedy. -> tokens (B, L), without the prompt.
+
+    The prompt is read once per beam into the cache (K copies), then the beams advance one token
+    per step from its last token, exactly as beam_search's from BOS."""
+    b, k = prompt.size(0), beam_size
+    cache = model.new_cache()
+    if prompt.size(1) > 1:
+        model.decode(prompt[:, :-1].repeat_interleave(k, dim=0), cache=cache)
+    beams = _Beams(b, k, bos_id, eos_id, prompt.device)
+    beams.tokens = prompt[:, -1:].repeat_interleave(k, dim=0)  # the prompt's last token first
+    limits = torch.full((b,), max(1, int(max_len)), device=prompt.device)
+    return _search(model, beams, limits, None, None, cache, length_penalty, bos_id)
+
+
+def _search(model, beams, limits, memory, memory_mask, cache, length_penalty, bos_id) -> Tensor:
+    """Advance `beams` until every sentence is done or at its limit (B,): the best hypothesis of
+    each, (B, L) right-padded. Without a cache, every step reads all tokens so far."""
     for step in range(int(limits.max())):
         length = step + 1  # tokens generated including this one
         at_limit = length >= limits  # (B,) these sentences must end now
-        inp = beams.tokens[:, -1:] if use_cache else beams.tokens
+        inp = beams.tokens[:, -1:] if cache is not None else beams.tokens
         logp = _beam_logprobs(model, inp, memory, memory_mask, cache, beams, at_limit, bos_id)
         top = beams.candidates(logp)
         beams.close(*top, gnmt_length_penalty(length, length_penalty), at_limit)
@@ -177,7 +210,7 @@ def beam_search(
         origin = beams.advance(*top)
         if cache is not None:
             cache.reorder(origin)  # self-attention only
-    return _pad_rows(beams.best(), model.config.pad_id, src.device)
+    return _pad_rows(beams.best(), model.config.pad_id, limits.device)
 
 
 @torch.no_grad()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor, nn
 
 
@@ -35,3 +37,22 @@ class Task:
         """Greedy whole-sequence answers (B, L) and their references (B, T), both ending in EOS
         (exact match compares them); None where the batch has no whole-sequence answer."""
         raise NotImplementedError
+
+    def translate(
+        self, model: nn.Module, batch: dict, bos_id: int, eos_id: int, decode: Decoding
+    ) -> Tensor:
+        """The output sequence of every example of a batch of pairs (B, L), in batch order,
+        decoded as `decode` says (beam_size 1: greedy), without BOS, each ending in EOS
+        unless cut at its limit (int(max_len_a * S + max_len_b) tokens, S the source's length
+        with its EOS); PAD after."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How translate decodes (Sec. 6.1: beam 4, length penalty 0.6; fairseq's length limit)."""
+
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50

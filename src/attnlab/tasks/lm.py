@@ -1,14 +1,15 @@
 """Language modelling (a decoder-only model): batches {tokens, targets}, targets the tokens
-shifted by one. With `prompt_len` (B,) in the batch (the synthetic tasks: prompt, separator,
-answer), the whole-sequence answer is the greedy continuation of tokens[:prompt_len]."""
+shifted by one. With `prompt_len` (B,) in the batch (pairs as one sequence, attnlab.data.pairs:
+[BOS] x [SEP] y [EOS]), the whole-sequence answer is the continuation of tokens[:prompt_len]:
+greedy for exact match, decoded as asked for translation."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.model.decoding import generate
-from attnlab.tasks.base import Task
+from attnlab.model.decoding import beam_continue, generate
+from attnlab.tasks.base import Decoding, Task
 
 
 class LanguageModeling(Task):
@@ -40,6 +41,27 @@ class LanguageModeling(Task):
             preds[rows, : new.size(1)] = new
             refs[rows, : ref.size(1)] = ref
         return preds, refs
+
+    def translate(
+        self, model: nn.Module, batch: dict, bos_id: int, eos_id: int, decode: Decoding
+    ) -> Tensor:
+        """Prompts of one length are decoded together (no padding inside a prompt). The limit
+        counts as an encoder-decoder's: the source with its EOS is [BOS] x [SEP] less one."""
+        tokens, prompt_len, d = batch["tokens"], batch["prompt_len"], decode
+        outs: list[tuple[Tensor, Tensor]] = []
+        for p in prompt_len.unique().tolist():
+            rows = (prompt_len == p).nonzero(as_tuple=True)[0]
+            limit = int(d.max_len_a * (p - 1) + d.max_len_b)
+            out = beam_continue(
+                model, tokens[rows, :p], bos_id, eos_id, d.beam_size, d.length_penalty, limit
+            )
+            outs.append((rows, out))
+        width = max(out.size(1) for _, out in outs)
+        result = torch.full((tokens.size(0), width), model.config.pad_id, dtype=torch.long)
+        result = result.to(tokens.device)
+        for rows, out in outs:
+            result[rows, : out.size(1)] = out
+        return result
 
 
 TASK = LanguageModeling()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from attnlab.model.decoding import greedy_decode
-from attnlab.tasks.base import Task
+from attnlab.model.decoding import beam_search, greedy_decode, max_output_lengths
+from attnlab.tasks.base import Decoding, Task
 
 
 class Seq2Seq(Task):
@@ -29,6 +29,17 @@ class Seq2Seq(Task):
         # should emit EOS by itself to match.
         max_len = tgt_out.size(1) + 1
         return greedy_decode(model, batch["src"], bos_id, eos_id, max_len), tgt_out
+
+    def translate(
+        self, model: nn.Module, batch: dict, bos_id: int, eos_id: int, decode: Decoding
+    ) -> Tensor:
+        src, d = batch["src"], decode
+        if d.beam_size == 1:
+            limits = max_output_lengths(src, model.config.pad_id, d.max_len_a, d.max_len_b)
+            return greedy_decode(model, src, bos_id, eos_id, limits)
+        return beam_search(
+            model, src, bos_id, eos_id, d.beam_size, d.length_penalty, d.max_len_a, d.max_len_b
+        )
 
 
 TASK = Seq2Seq()

@@ -21,7 +21,7 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.text import SacreBLEUScore
 
-from attnlab.model.decoding import beam_search
+from attnlab.tasks.base import Decoding
 
 
 class SacreCHRF(Metric):
@@ -102,28 +102,27 @@ class TranslationQuality(L.Callback):
     def _score_batch(self, trainer, pl_module, batch: dict, limit: int | None) -> None:
         if not self._active or "tgt_text" not in batch:
             return
-        src, refs, srcs = batch["src"], list(batch["tgt_text"]), list(batch.get("src_text", []))
-        first, self._position = self._position, self._position + len(refs)
-        if self._stride > 1:
-            keep = [i for i in range(len(refs)) if (first + i) % self._stride == 0]
-            if not keep:
-                return
-            src, refs = src[keep], [refs[i] for i in keep]
-            srcs = [srcs[i] for i in keep] if srcs else srcs
+        n = len(batch["tgt_text"])
+        first, self._position = self._position, self._position + n
+        keep = [i for i in range(n) if (first + i) % self._stride == 0]
         if limit is not None:
-            keep = max(0, limit - self._seen)
-            if keep == 0:
-                return
-            src, refs, srcs = src[:keep], refs[:keep], srcs[:keep]
-        model = pl_module.model
-        out = beam_search(model, src, pl_module.bos_id, pl_module.eos_id, **self.decode)
+            keep = keep[: max(0, limit - self._seen)]
+        if not keep:
+            return
+        if len(keep) < n:
+            batch = _rows(batch, keep)
+        refs, srcs = list(batch["tgt_text"]), list(batch.get("src_text") or [""] * len(keep))
+        decode = Decoding(**self.decode)
+        out = pl_module.task.translate(
+            pl_module.model, batch, pl_module.bos_id, pl_module.eos_id, decode
+        )
         hyps = trainer.datamodule.tokenizer.decode_batch(out.tolist())
         self.bleu.update(hyps, [[r] for r in refs])
         self.chrf.update(hyps, [[r] for r in refs])
         self._seen += len(hyps)
         room = self.n_samples - len(self._samples)
         if room > 0:
-            self._samples += list(zip(srcs or [""] * len(hyps), refs, hyps, strict=True))[:room]
+            self._samples += list(zip(srcs, refs, hyps, strict=True))[:room]
 
     def _finish(self, trainer, pl_module, split: str) -> None:
         if not self._active or self._seen == 0:
@@ -191,3 +190,12 @@ def _n_sentences(loader) -> int | None:
         return sum(len(batch) for batch in batch_sampler)
     except TypeError:
         return None
+
+
+def _rows(batch: dict, keep: list[int]) -> dict:
+    """The examples `keep` of a batch: its tensors' rows and its lists' items."""
+    index = torch.tensor(keep)
+    return {
+        key: value[index.to(value.device)] if torch.is_tensor(value) else [value[i] for i in keep]
+        for key, value in batch.items()
+    }
