@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from attnlab.config.plain import to_plain
 from attnlab.model.config import TransformerConfig
+from attnlab.tasks import task_named
 
 _AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
@@ -58,13 +59,13 @@ class Context:
 
     def target_tokens(self, batch: dict) -> int:
         """Non-PAD targets of a batch: the tokens of tokens-per-second."""
-        targets = batch["tgt_out"] if self.task == "seq2seq" else batch["targets"]
-        return int(targets.ne(self.special_ids["pad"]).sum())
+        return int(task_named(self.task).targets(batch).ne(self.special_ids["pad"]).sum())
 
     def padding_fraction(self) -> dict[str, float]:
         """{input name: the fraction of its positions that are PAD} over the batches, for the
         model's inputs (src and tgt_in, or tokens): what skipping padding can save."""
-        names = ("src", "tgt_in") if self.task == "seq2seq" else ("tokens",)
+        task = task_named(self.task)
+        names = [key for key in (task.source_key, task.query_key) if key]
         pad = self.special_ids["pad"]
         return {
             name: sum(int(b[name].eq(pad).sum()) for b in self.batches)

@@ -12,7 +12,13 @@ import torch.nn.functional as F
 
 from attnlab.bench.context import Context
 from attnlab.bench.timing import interleave, time_block
-from attnlab.model.decoding import beam_search, generate, greedy_decode, max_output_lengths
+from attnlab.model.decoding import (
+    beam_continue,
+    beam_search,
+    generate,
+    greedy_decode,
+    max_output_lengths,
+)
 from attnlab.tasks import task_named
 
 MAX_LEN_A, MAX_LEN_B = 1.0, 10  # the length limit a * source length + b
@@ -45,22 +51,31 @@ def _seq2seq_runs(ctx: Context, model, src: torch.Tensor, batch: int) -> dict:
 
 
 def _lm_runs(ctx: Context, model, tokens: torch.Tensor, batch: int) -> dict:
+    """Decoder-only: the first half of each row as its prompt (one width: no padding inside)."""
+    ids = ctx.special_ids
     prompts = tokens[:, : max(1, tokens.size(1) // 2)].split(batch)
 
     def greedy(cache: bool):
         for p in prompts:
             generate(model, p, max_new_tokens=p.size(1) + MAX_LEN_B, use_cache=cache)
 
-    return {"greedy": greedy}
+    def beam(cache: bool):  # beam_continue always caches (no uncached timing)
+        for p in prompts:
+            limit = int(MAX_LEN_A * p.size(1) + MAX_LEN_B)
+            beam_continue(model, p, ids["bos"], ids["eos"], 4, 0.6, limit)
+
+    return {"greedy": greedy, "beam4": beam}
 
 
 def run_decoding(ctx: Context, ckpt: str | None = None, n: int | None = None) -> dict:
     """{"greedy": {"cached": stats, "uncached": stats, "speedup"}, "beam4": {...}} with
-    sentences_per_s in each stats."""
+    sentences_per_s in each stats (a decoder-only model's beam4: cached only)."""
     model = _model(ctx, ckpt).eval()
     src = _sources(ctx, n or (8 if ctx.quick else 64))
     batch = min(len(src), 32)
-    runs = (_seq2seq_runs if ctx.task == "seq2seq" else _lm_runs)(ctx, model, src, batch)
+    encoder_decoder = model.config.arch == "encoder_decoder"  # the decoding functions differ
+    runs = (_seq2seq_runs if encoder_decoder else _lm_runs)(ctx, model, src, batch)
+    uncached = set(runs) if encoder_decoder else {"greedy"}  # beam_continue always caches
     out: dict = {
         "sentences": len(src),
         "batch_size": batch,
@@ -68,23 +83,21 @@ def run_decoding(ctx: Context, ckpt: str | None = None, n: int | None = None) ->
         "max_len": f"{MAX_LEN_A} * source length + {MAX_LEN_B}",
     }
     for name, run in runs.items():
+        variants = {"cached": True} | ({"uncached": False} if name in uncached else {})
         with torch.inference_mode():
             run(True)  # warm-up
             timing = interleave(
                 {
-                    "cached": lambda run=run: time_block(lambda: run(True), ctx.device),
-                    "uncached": lambda run=run: time_block(lambda: run(False), ctx.device),
+                    key: lambda run=run, c=c: time_block(lambda: run(c), ctx.device)
+                    for key, c in variants.items()
                 },
                 ctx.repeats,
             )
         for stats in timing.values():
             stats["sentences_per_s"] = len(src) / stats["median_s"]
-        out[name] = {
-            **timing,
-            "speedup": timing["uncached"]["median_s"] / timing["cached"]["median_s"],
-        }
-    if ctx.task != "seq2seq":
-        out["beam4"] = {"skipped": "beam search is for encoder-decoder models"}
+        out[name] = timing
+        if "uncached" in timing:
+            out[name]["speedup"] = timing["uncached"]["median_s"] / timing["cached"]["median_s"]
     return out
 
 

@@ -116,8 +116,8 @@ def decoding(section: dict) -> str:
                 [
                     name,
                     f"{r['cached']['sentences_per_s']:.4g}",
-                    f"{r['uncached']['sentences_per_s']:.4g}",
-                    f"{r['speedup']:.2f}x",
+                    f"{r['uncached']['sentences_per_s']:.4g}" if "uncached" in r else "n/a",
+                    f"{r['speedup']:.2f}x" if "speedup" in r else "n/a",
                 ]
             )
         elif "skipped" in r:
