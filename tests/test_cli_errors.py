@@ -217,12 +217,12 @@ def test_data_of_the_wrong_task_names_the_option_and_what_fits(tmp_path, args, m
 
 def test_a_target_whose_module_fails_to_import_says_why(tmp_path, monkeypatch):
     """A module that exists but raises on import is not reported as missing."""
-    from attnlab.config.validate import _target_problem
+    from attnlab.config.targets import target_problem
 
     (tmp_path / "broken_builders.py").write_text("import no_such_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    problem = _target_problem("broken_builders.build")
+    problem = target_problem("broken_builders.build")
     assert problem.startswith("cannot be imported (ModuleNotFoundError:"), problem
     assert "no_such_dependency" in problem
-    assert _target_problem("attnlab.training.schedules.Noam") is None
-    assert _target_problem("torch.optim.AdamW") is None
+    assert target_problem("attnlab.training.schedules.Noam") is None
+    assert target_problem("torch.optim.AdamW") is None

@@ -7,9 +7,9 @@ downloading anything. Each problem is one line that starts with the config key.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 
+from attnlab.config.targets import located_class
 from attnlab.data.files import DataFile, as_path, file_problems
 
 
@@ -25,14 +25,8 @@ def _datamodule_class(target):
     """The text DataModule class named by `_target_`, or None (synthetic, unknown, not text)."""
     from attnlab.data.text import TokenizedDataModule
 
-    if not isinstance(target, str) or "." not in target:
-        return None
-    module_name, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError):
-        return None
-    return cls if isinstance(cls, type) and issubclass(cls, TokenizedDataModule) else None
+    cls = located_class(target)
+    return cls if cls is not None and issubclass(cls, TokenizedDataModule) else None
 
 
 def check_data_config(data_cfg: Mapping) -> list[str]:

@@ -7,7 +7,6 @@ ValueError (DataConfigError for the data files) with one line that names the key
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +15,7 @@ from attnlab.config.data_check import DataConfigError, check_data_config
 from attnlab.config.plain import to_plain
 from attnlab.config.resolvers import world_size
 from attnlab.config.schema import SYNTHETIC_SCHEMA, model_options
+from attnlab.config.targets import located_class, target_problem
 from attnlab.config.values import check_values
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.vocab import NUM_SPECIAL
@@ -62,7 +62,7 @@ def _check_targets(cfg: DictConfig) -> None:
             continue
         tree = OmegaConf.to_container(node, resolve=False, enum_to_str=True)
         for key, target in _targets(tree, group):
-            problem = _target_problem(target)
+            problem = target_problem(target)
             if problem:
                 raise ValueError(
                     f"{key}={target!r} {problem}; expected the dotted path of a class or "
@@ -78,28 +78,6 @@ def _targets(tree, path: str):
                 yield f"{path}._target_", value
             else:
                 yield from _targets(value, f"{path}.{key}")
-
-
-def _target_problem(target) -> str | None:
-    """Why `target` cannot be built, or None: the longest importable module prefix, then
-    attributes."""
-    parts = str(target).split(".") if isinstance(target, str) else []
-    for i in range(len(parts) - 1, 0, -1):
-        prefix = ".".join(parts[:i])
-        try:
-            obj = importlib.import_module(prefix)
-        except ModuleNotFoundError as err:
-            if err.name and (prefix + ".").startswith(err.name + "."):
-                continue  # no such module: try a shorter prefix
-            return f"cannot be imported ({type(err).__name__}: {err})"  # a module it imports
-        except Exception as err:  # the module exists and fails to import
-            return f"cannot be imported ({type(err).__name__}: {err})"
-        for name in parts[i:]:
-            obj = getattr(obj, name, None)
-            if obj is None:
-                return f"cannot be found (module {prefix!r} has no {name!r})"
-        return None if callable(obj) else "is not a class or function"
-    return "cannot be imported"
 
 
 def _vocab_size_hint(data: DictConfig) -> int:
@@ -229,15 +207,10 @@ def _check_task(cfg: DictConfig, arch: str) -> None:
     serve both architectures (synthetic and translation data: the datamodule's `task` follows
     model.arch, attnlab.data.pairs)."""
     target = OmegaConf.select(cfg, "data._target_", default=None)
-    if not isinstance(target, str):
-        return
-    import importlib
-
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
+    cls = located_class(target)
+    if cls is None:
         return  # instantiate reports an unknown _target_
+    name = target.rpartition(".")[2]
     option = getattr(cls, "option", "") or name
     check_task(arch, getattr(cls, "task", None), OmegaConf.select(cfg, "data.name", default=option))
 
