@@ -74,13 +74,13 @@ if want heads; then
 fi
 
 if want heads_lr; then
-  stage "3 heads: a coarse learning-rate check on h = 1 and h = 8 (1 seed)"
-  attnlab-train -m experiment=multi30k_cpu model.d_model=96 model.d_ff=384 trainer.max_time=null \
-    trainer.max_steps=1800 trainer.val_check_interval=300 callbacks.translation_quality.every_n_val=1 \
-    model.n_heads=1,8 scheduler.peak_lr=1e-3,2e-3,4e-3 seed=1 name=heads_lr \
-    paths.multirun_root=$OUT/heads_lr hydra/launcher=joblib hydra.launcher.n_jobs=2 \
-    "${COMMON[@]}" data.root=$DATA/multi30k || true
-  attnlab-compare $OUT/heads_lr --metric val/nll_best --x scheduler.peak_lr --out $IMG/heads_lr
+  stage "3 heads: a coarse learning-rate check on h = 1 and h = 8 (1 seed; 2e-3 is the heads stage's seed 1)"
+  attnlab-sweep sweeps/heads_lr.yaml "${SWEEP[@]}" --out $OUT/heads_lr "${COMMON[@]}" \
+    data.root=$DATA/multi30k || true
+  ls -d $OUT/heads_lr/*/ | xargs -P 2 -I{} attnlab-eval ckpt={}checkpoints last=5
+  attnlab-compare $OUT/heads_lr $OUT/heads/000-n_heads_1-seed_1 $OUT/heads/006-n_heads_8-seed_1 \
+    --metric eval/test-avg5-step1700-1800-beam4_lp0.6/bleu --x scheduler.peak_lr \
+    --columns 'eval/*/bleu' --columns 'eval/*/nll' --out $IMG/heads_lr
   keep heads_lr
 fi
 
