@@ -51,7 +51,7 @@ def _arms(name: str) -> dict[tuple, dict]:
 
 
 # Sweeps that are checks, not comparisons, and say so where they are reported: fewer seeds.
-FEWER_SEEDS = {"heads_lr": 1}  # section 3's coarse learning-rate check: 2 rates x 1 seed
+FEWER_SEEDS = {"heads_lr": 1}  # section 3's coarse learning-rate check: 1 seed per rate
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
