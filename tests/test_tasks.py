@@ -3,6 +3,8 @@ how whole answers are predicted; the module, its old names and checkpoints all a
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -49,6 +51,18 @@ def test_checkpoints_saved_before_the_task_was_an_argument_get_their_class_defau
     assert _module(LanguageModelModule, "decoder_only").task.name == "lm"
     with pytest.raises(ValueError, match="TransformerModule needs a task"):
         _module(TransformerModule, "encoder_decoder")
+
+
+@pytest.mark.parametrize(("task", "arch"), [("lm", "encoder_decoder"), ("seq2seq", "decoder_only")])
+def test_a_task_refuses_a_model_that_cannot_read_its_batches(task, arch):
+    """The rule lives with the task (a data module of one's own included), in one line."""
+    other = "decoder_only" if arch == "encoder_decoder" else "encoder_decoder"
+    message = (
+        f"model.arch='{arch}' cannot read data task '{task}' batches; expected "
+        f"model.arch='{other}'"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        _module(TransformerModule, arch, task=task)
 
 
 def test_the_language_model_task_predicts_the_continuation_of_each_prompt():

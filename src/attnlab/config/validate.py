@@ -22,7 +22,7 @@ from attnlab.data.vocab import NUM_SPECIAL
 from attnlab.model.config import TransformerConfig, prefix_fields
 from attnlab.validation import integer_problem, number_problem, raise_first
 
-__all__ = ["DataConfigError", "check_task", "validate_config"]
+__all__ = ["DataConfigError", "validate_config"]
 
 
 def validate_config(cfg: DictConfig) -> None:
@@ -212,7 +212,7 @@ def _check_task(cfg: DictConfig, arch: str) -> None:
         return  # instantiate reports an unknown _target_
     name = target.rpartition(".")[2]
     option = getattr(cls, "option", "") or name
-    check_task(arch, getattr(cls, "task", None), OmegaConf.select(cfg, "data.name", default=option))
+    _task_fits(arch, getattr(cls, "task", None), OmegaConf.select(cfg, "data.name", default=option))
 
 
 # What to train on data of a task instead: (model option, experiment preset or None).
@@ -224,7 +224,7 @@ _FITS = {
 }
 
 
-def check_task(arch: str, task: str | None, data_name: str) -> None:
+def _task_fits(arch: str, task: str | None, data_name: str) -> None:
     """ValueError unless data of `task` ("seq2seq" or "lm") can train a model.arch=`arch`;
     the message names a model (and an experiment preset) that can."""
     needed = TASK_OF_ARCH[arch]

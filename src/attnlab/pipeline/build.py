@@ -15,8 +15,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.plain import to_plain
 from attnlab.config.schema import SYNTHETIC_SCHEMA, model_options
-from attnlab.config.validate import check_task
-from attnlab.data.options import task_for_arch
 from attnlab.data.resumable import make_resumable
 from attnlab.model.config import TransformerConfig
 from attnlab.pipeline.console import PROG, say
@@ -58,9 +56,6 @@ def build_datamodule(cfg: DictConfig, run_dir: Path) -> L.LightningDataModule:
     """cfg.data instantiated (resumable mid-epoch: attnlab.data.resumable); its tokenizer
     saved into the run."""
     datamodule = make_resumable(instantiate(to_plain(cfg.data)))  # a module of one's own too
-    arch = str(to_plain(cfg.model)["arch"])
-    if datamodule.task != task_for_arch(arch):
-        check_task(arch, datamodule.task, str(cfg.data.get("name", cfg.data.get("_target_"))))
     if rank_zero_only.rank == 0 and hasattr(datamodule, "save_tokenizer"):
         datamodule.save_tokenizer(run_dir)  # <run_dir>/tokenizer.model decodes checkpoints
     return datamodule

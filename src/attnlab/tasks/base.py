@@ -12,13 +12,25 @@ class Task:
     implement `inputs`, `targets` and `predict`.
 
     keys: the tensors every batch carries; source_key: the tokens the model reads first (the
-    attention maps' key axis); query_key: a second token axis (a decoder's input), or None.
+    attention maps' key axis); query_key: a second token axis (a decoder's input), or None;
+    arch: the model.arch whose inputs these batches are (a data module batches sentence pairs
+    in the format of the model's arch: attnlab.data.pairs).
     """
 
     name: str = ""
+    arch: str = ""
     keys: tuple[str, ...] = ()
     source_key: str = ""
     query_key: str | None = None
+
+    def arch_problem(self, arch: str) -> str | None:
+        """Unless a model.arch=`arch` can read this task's batches."""
+        if arch == self.arch:
+            return None
+        return (
+            f"model.arch={arch!r} cannot read data task {self.name!r} batches; "
+            f"expected model.arch={self.arch!r} (or data that batches for {arch})"
+        )
 
     def inputs(self, batch: dict) -> tuple[Tensor, ...]:
         """The model's teacher-forced inputs: model(*inputs) gives logits (B, T, V)."""

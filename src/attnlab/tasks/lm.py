@@ -14,6 +14,7 @@ from attnlab.tasks.base import Decoding, Task
 
 class LanguageModeling(Task):
     name = "lm"
+    arch = "decoder_only"
     keys = ("tokens", "targets")
     source_key = "tokens"
     query_key = None

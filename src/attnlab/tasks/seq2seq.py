@@ -11,6 +11,7 @@ from attnlab.tasks.base import Decoding, Task
 
 class Seq2Seq(Task):
     name = "seq2seq"
+    arch = "encoder_decoder"
     keys = ("src", "tgt_in", "tgt_out")
     source_key = "src"
     query_key = "tgt_in"

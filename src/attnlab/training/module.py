@@ -89,6 +89,9 @@ class TransformerModule(L.LightningModule):
         self.save_hyperparameters(logger=False)  # the full config is logged by train.py
         self.task = task_named(task or self.default_task)
         self.config = TransformerConfig(**model)
+        problem = self.task.arch_problem(self.config.arch)
+        if problem:
+            raise ValueError(problem)
         self.model = Transformer(self.config)
         if compile:  # in place: self.model's parameters and state_dict keys stay as they are
             self.model.compile()
