@@ -265,3 +265,27 @@ def test_attnlab_eval_results_in_a_run_become_eval_metrics(runs_dir, capsys):
     header = capsys.readouterr().out.splitlines()[1]
     assert "eval/greedy/bleu (mean" in header and "test/exact_match (mean" in header
     assert "chrf" not in header
+
+
+def test_runs_of_two_sweeps_group_by_what_they_ran(tmp_path):
+    """One sweep overrode scheduler.peak_lr, the other left the preset's 2e-3: that run's
+    results.json does not record the key, its config.yaml does. They group by the rate they ran,
+    and the sweeps' W&B labels (group, tags) do not split them."""
+
+    def run(folder: str, lr: float | None, group: str) -> None:
+        run_dir = tmp_path / folder
+        run_dir.mkdir(parents=True)
+        config = {"model.n_heads": 8, "seed": 1, "group": group, "tags": [group]}
+        if lr is not None:
+            config["scheduler.peak_lr"] = lr
+        record = {"status": "completed", "metrics": {"val/nll_best": 1.0}, "config": config}
+        (run_dir / "results.json").write_text(json.dumps(record))
+        composed = f"group: {group}\nscheduler:\n  peak_lr: {lr or 0.002}\nmodel:\n  n_heads: 8\n"
+        (run_dir / "config.yaml").write_text(composed)
+
+    run("heads/0", None, "heads")
+    run("heads_lr/0", 0.001, "heads_lr")
+    run("heads_lr/1", 0.004, "heads_lr")
+    runs, _ = compare.read_runs([str(tmp_path / "heads"), str(tmp_path / "heads_lr")])
+    assert sorted(r.config["scheduler.peak_lr"] for r in runs) == [0.001, 0.002, 0.004]
+    assert grouping.differing_keys(runs) == ["scheduler.peak_lr"]

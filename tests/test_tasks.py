@@ -58,8 +58,7 @@ def test_a_task_refuses_a_model_that_cannot_read_its_batches(task, arch):
     """The rule lives with the task (a data module of one's own included), in one line."""
     other = "decoder_only" if arch == "encoder_decoder" else "encoder_decoder"
     message = (
-        f"model.arch='{arch}' cannot read data task '{task}' batches; expected "
-        f"model.arch='{other}'"
+        f"model.arch='{arch}' cannot read data task '{task}' batches; expected model.arch='{other}'"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         _module(TransformerModule, arch, task=task)

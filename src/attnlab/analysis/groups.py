@@ -15,6 +15,9 @@ from attnlab.analysis.tables import fmt_value
 # Keys that never define an experimental condition (per-run names, paths, logger settings).
 DEFAULT_IGNORE = (
     "seed",
+    "name",  # a run's or a sweep's label, group and tags (W&B's): never what it learns
+    "group",
+    "tags",
     "run_name",
     "*run_id",
     "hydra.*",

@@ -103,6 +103,29 @@ def load_run(path: Path) -> Run:
     )
 
 
+def fill_from_configs(runs: list[Run]) -> None:
+    """A run's results.json records only its overrides and the ablation keys. Where another run
+    records a key this one does not (runs of two sweeps, one overriding a key the other left
+    at its preset's value), this run's value is in its config.yaml: read it from there, so the
+    runs group by what they ran, not by what their commands said."""
+    keys = {k for r in runs for k in r.config}
+    for run in runs:
+        missing = [k for k in keys if k not in run.config]
+        composed = _composed_config(run.run_dir) if missing and not run.partial else {}
+        run.config.update({k: composed[k] for k in missing if k in composed})
+
+
+def _composed_config(run_dir: Path) -> dict[str, Any]:
+    """The run's whole config (config.yaml, dotted keys), or {} where it has none."""
+    import yaml
+
+    try:
+        tree = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return flatten(tree) if isinstance(tree, dict) else {}
+
+
 def length_metrics(extrapolation: dict[str, dict]) -> dict[str, float]:
     """Per-length values as metrics named length/<L>/<metric>, e.g. length/16/greedy_exact_match,
     so that --metric and --columns can test them like any other (nulls are left out)."""

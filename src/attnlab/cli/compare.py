@@ -69,7 +69,13 @@ from attnlab.analysis.lr_report import LRStudy
 from attnlab.analysis.planner import plan_text
 from attnlab.analysis.report_files import statistics_title, write_report
 from attnlab.analysis.run_table import read_runs_csv
-from attnlab.analysis.runs import Run, find_results, load_run, trials_without_results
+from attnlab.analysis.runs import (
+    Run,
+    fill_from_configs,
+    find_results,
+    load_run,
+    trials_without_results,
+)
 from attnlab.analysis.tables import markdown_table, text_table
 
 PROG = programs.COMPARE
@@ -398,6 +404,7 @@ def read_runs(paths: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
             runs.append(load_run(path))
         except ValueError as err:
             unreadable.append((path, str(err)))
+    fill_from_configs(runs)  # keys one sweep overrode and another left at the preset's value
     runs += trials_without_results(paths, set(found))
     if not runs:
         for path, err in unreadable:
