@@ -22,6 +22,20 @@ DATA_DIR = REPO.parent / "shared" / "data"
 TINY = ["debug=tiny"]
 
 
+LONG_TESTS = "ATTNLAB_LONG_TESTS"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` (30 s or more on 2 cores; each has a shorter sibling in the suite)
+    skip with their reason unless ATTNLAB_LONG_TESTS=1, so the suite fits CI's 15 minutes."""
+    if os.environ.get(LONG_TESTS) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"long (30 s or more on 2 cores): {LONG_TESTS}=1 runs it")
+    for item in items:
+        if item.get_closest_marker("long"):
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def compose():
     """compose(overrides) -> the composed DictConfig of conf/train.yaml (no Hydra run)."""

@@ -112,11 +112,6 @@ CASES = [
     ),
     ("keep_last", lambda t: ["checkpoint.keep_last=0"], "checkpoint.keep_last"),
     ("ckpt_steps", lambda t: ["checkpoint.every_n_steps=-5"], "checkpoint.every_n_steps"),
-    (
-        "decoder_only_parallel",
-        lambda t: ["model=lm_small", *parallel(t)],
-        "model.arch",
-    ),
     ("missing_file", lambda t: parallel(t, train_src=t / "missing.en"), "missing.en"),
     ("empty_file", lambda t: parallel(t, val_tgt=write(t / "empty.de", "")), "empty.de"),
     (

@@ -57,9 +57,11 @@ def test_compiled_model_checkpoints_resume_and_average_like_an_eager_one(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_compiled_training_matches_eager_within_tolerance(compose, tmp_path):
     """torch.compile's generated kernels (inductor) against eager: the same losses after 4
-    steps up to float reordering."""
+    steps up to float reordering. (Long: two compiles; the compiled run of
+    test_compiled_model_checkpoints_resume_and_average_like_an_eager_one stays in the suite.)"""
     eager = _run(compose, tmp_path / "eager")
     compiled = _run(compose, tmp_path / "compiled", "model.compile=true")
     for key in ("train/loss", "val/loss", "test/loss"):

@@ -34,13 +34,15 @@ SCHEMAS = {
 
 @pytest.mark.parametrize("option", sorted(SCHEMAS))
 def test_schema_is_the_datamodules_options(option):
-    """The schema has the module's options, their defaults (seed: the run's) and its target."""
+    """The schema has the module's options, their defaults (seed: the run's; arch, for sentence
+    pairs: the model's) and its target."""
     schema, cls = SCHEMAS[option]
     defaults, _ = cls.arguments({})
     assert {f.name for f in fields(schema)} - {"_target_"} == set(defaults)
+    wired = {"_target_": None, "seed": "${seed}", "arch": "${model.arch}"}
     for f in fields(schema):
-        if f.name in ("_target_", "seed"):
-            assert f.name == "_target_" or f.default == "${seed}"
+        if f.name in wired:
+            assert f.name == "_target_" or f.default == wired[f.name], f.name
             continue
         value = f.default_factory() if f.default is MISSING else f.default
         assert getattr(value, "value", value) == defaults[f.name], f.name  # Enums -> str

@@ -267,8 +267,10 @@ def test_multirun_from_the_command_line_writes_one_record_per_job(tiny_run, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_default_run_learns_reverse(tmp_path):
-    """`attnlab-train` with no arguments (W&B off): test exact match >= 0.95."""
+    """`attnlab-train` with no arguments (W&B off): test exact match >= 0.95. (Long: the whole
+    default run; the short runs above test the same command on debug=tiny.)"""
     env = {**os.environ, "WANDB_MODE": "disabled"}
     proc = subprocess.run(
         [sys.executable, "-m", "attnlab.cli.train", "paths.root=runs"],
