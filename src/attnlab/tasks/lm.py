@@ -58,8 +58,7 @@ class LanguageModeling(Task):
             )
             outs.append((rows, out))
         width = max(out.size(1) for _, out in outs)
-        result = torch.full((tokens.size(0), width), model.config.pad_id, dtype=torch.long)
-        result = result.to(tokens.device)
+        result = tokens.new_full((tokens.size(0), width), model.config.pad_id)
         for rows, out in outs:
             result[rows, : out.size(1)] = out
         return result
