@@ -191,6 +191,7 @@ QuietSeq2Seq = _quiet_module_class()
 
 
 def test_the_module_is_the_class_its_target_names(compose, tmp_path):
+    from attnlab.config.plain import plain_config
     from attnlab.pipeline.build import build_datamodule, build_module
     from attnlab.tasks.lm import LanguageModeling
     from attnlab.tasks.seq2seq import Seq2Seq
@@ -202,10 +203,68 @@ def test_the_module_is_the_class_its_target_names(compose, tmp_path):
         ([f"module._target_={class_name}"], QuietSeq2Seq, Seq2Seq),
         (["model=lm_small"], TransformerModule, LanguageModeling),  # the data's task
     ):
-        cfg = compose([f"paths.run_dir={tmp_path}", *overrides])
-        module = build_module(cfg, build_datamodule(cfg, tmp_path))
+        cfg = plain_config(compose([f"paths.run_dir={tmp_path}", *overrides]))
+        module = build_module(cfg, build_datamodule(cfg["data"], tmp_path))
         assert type(module) is expected and type(module.task) is task
-        assert module.hparams.scheduler["peak_lr"] == cfg.scheduler.peak_lr  # the same either way
+        assert module.hparams.scheduler["peak_lr"] == cfg["scheduler"]["peak_lr"]  # either way
+
+
+def _own_module_class():
+    import lightning as L
+
+    class OwnModule(L.LightningModule):
+        """A LightningModule of one's own, not a TransformerModule: it keeps what it is given."""
+
+        def __init__(self, model, task, optim, scheduler, **rest):
+            super().__init__()
+            self.model, self.task, self.optim, self.scheduler, self.rest = (
+                model, task, optim, scheduler, rest
+            )  # fmt: skip
+
+    return OwnModule
+
+
+OwnModule = _own_module_class()
+
+
+def test_module_target_gets_the_built_model_task_and_partials(compose, tmp_path):
+    """module._target_ may name any LightningModule: it is given the built model, the data's
+    task and the optimizer and schedule as partials; TransformerModule keeps their configs, so
+    its checkpoint's hyper-parameters are plain values."""
+    import functools
+
+    import torch
+
+    from attnlab.config.plain import plain_config
+    from attnlab.model import Transformer
+    from attnlab.pipeline.build import build_datamodule, build_module
+    from attnlab.tasks.base import Task
+    from attnlab.training.module import TransformerModule
+
+    cfg = plain_config(
+        compose([f"paths.run_dir={tmp_path}", f"module._target_={__name__}.OwnModule"])
+    )
+    module = build_module(cfg, build_datamodule(cfg["data"], tmp_path))
+    assert type(module) is OwnModule and isinstance(module.model, Transformer)
+    assert isinstance(module.task, Task) and module.task.name == "seq2seq"
+    optimizer = module.optim(module.model.parameters(), lr=1.0)
+    assert isinstance(module.optim, functools.partial) and isinstance(optimizer, torch.optim.Adam)
+    assert optimizer.defaults["betas"] == (
+        0.9,
+        0.98,
+    )  # the config's, a tuple or list as torch keeps it
+    assert isinstance(module.scheduler, functools.partial)
+    assert module.rest["max_steps"] == cfg["trainer"]["max_steps"]
+
+    ours = TransformerModule(
+        module.model, module.optim, module.scheduler, task=module.task, max_steps=1000
+    )
+    h = ours.hparams
+    assert h.model == module.model.config.to_dict() and h.task == "seq2seq"
+    assert h.optim["_target_"] == "torch.optim.adam.Adam" and h.optim["_partial_"] is True
+    assert h.scheduler["_target_"].endswith("schedules.Cosine")
+    again = TransformerModule(**h)  # what load_from_checkpoint does with them
+    assert again.config == ours.config and again.peak_lr() == ours.peak_lr()
 
 
 def csv_beside(run, subdir="tensorboard"):

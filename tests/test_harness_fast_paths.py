@@ -80,11 +80,12 @@ def test_skipping_padding_trains_like_computing_every_position(compose, tmp_path
         assert skipped["metrics"][key] == pytest.approx(full["metrics"][key], rel=1e-4), key
 
 
-def test_the_loss_gets_logits_at_real_targets_unless_compiled(compose):
+def test_the_loss_gets_logits_at_real_targets_unless_compiled(compose, tmp_path):
+    from attnlab.config.plain import plain_config
     from attnlab.pipeline.build import build_datamodule, build_module
 
-    cfg = compose(["debug=tiny", "logger=none"])
-    datamodule = build_datamodule(cfg, None)
+    cfg = plain_config(compose(["debug=tiny", "logger=none", f"paths.run_dir={tmp_path}"]))
+    datamodule = build_datamodule(cfg["data"], None)
     datamodule.setup("fit")
     batch = next(iter(datamodule.train_dataloader()))
     module = build_module(cfg, datamodule)

@@ -121,11 +121,14 @@ def test_the_run_refuses_a_stored_config_only_where_it_differs(compose, tmp_path
     stored["scheduler"] = {**stored["scheduler"], "name": "cosine", "scale": 1.0,
                            "_target_": "attnlab.training.schedules.build_schedule"}  # fmt: skip
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(stored))
-    refuse_changed_config(tmp_path, compose(here))  # defaults: the same run
+    same = compose(here)
+    refuse_changed_config(tmp_path, same, plain_config(same))  # defaults: the same run
+    changed = compose([*here, "model.qk_norm=true"])
     with pytest.raises(RunConfigChanged, match=r"model.qk_norm: <absent> -> True"):
-        refuse_changed_config(tmp_path, compose([*here, "model.qk_norm=true"]))
+        refuse_changed_config(tmp_path, changed, plain_config(changed))
+    changed = compose([*here, "optim=adamw"])
     with pytest.raises(RunConfigChanged, match=r"optim._target_: 'torch.optim.Adam' -> 'torch.o"):
-        refuse_changed_config(tmp_path, compose([*here, "optim=adamw"]))
+        refuse_changed_config(tmp_path, changed, plain_config(changed))
 
 
 def test_a_status_is_stored_as_a_plain_string(tmp_path):

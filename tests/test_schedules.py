@@ -198,10 +198,11 @@ def test_noam_without_warmup_and_without_a_peak_is_refused_with_the_spike_named(
 def test_the_module_trains_at_the_one_peak_the_config_names(compose, tmp_path, overrides, peak):
     """scheduler.peak_lr is read by every schedule (noam's formula only where it is null), and
     the peak the module reports (results.json, W&B) is the one its optimizer really reaches."""
+    from attnlab.config.plain import plain_config
     from attnlab.pipeline.build import build_datamodule, build_module
 
-    cfg = compose([*overrides, "trainer.max_steps=400", f"paths.run_dir={tmp_path}"])
-    module = build_module(cfg, build_datamodule(cfg, tmp_path))
+    cfg = plain_config(compose([*overrides, "trainer.max_steps=400", f"paths.run_dir={tmp_path}"]))
+    module = build_module(cfg, build_datamodule(cfg["data"], tmp_path))
     assert module.peak_lr() == pytest.approx(peak)
     scheduler = module.configure_optimizers()["lr_scheduler"]["scheduler"]
     seen = []

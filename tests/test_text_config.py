@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 
 from attnlab.config.data_check import DataConfigError
 from attnlab.config.data_schema import DATA_SCHEMAS
@@ -74,9 +74,12 @@ def test_each_text_option_composes_and_instantiates(compose, option, tmp_path):
     cfg = compose([f"data={option}", f"model={model}", f"data.cache_dir={tmp_path}"])
     dm = instantiate(to_plain(cfg.data))
     assert isinstance(dm, SCHEMAS[option][1]) and dm.seed == cfg.seed
-    assert exact_match_enabled(cfg) is False
-    assert exact_match_enabled(compose([f"data={option}", f"model={model}", "exact_match=true"]))
-    assert exact_match_enabled(compose(["data=reverse"])) is True
+    assert exact_match_enabled({"exact_match": cfg.exact_match}, dm) is False
+    forced = compose([f"data={option}", f"model={model}", "exact_match=true"])
+    assert exact_match_enabled({"exact_match": forced.exact_match}, dm)
+    reverse = compose(["data=reverse"])
+    reverse_class = get_class(reverse.data._target_)
+    assert exact_match_enabled({"exact_match": reverse.exact_match}, reverse_class) is True
 
 
 def test_types_and_keys_are_checked_when_composing(compose):
@@ -167,7 +170,10 @@ def test_shared_multi30k_passes_the_preflight(compose, capsys):
 @pytest.mark.parametrize("option", ["multi30k", "multi30k_cpu", "tinyshakespeare"])
 def test_text_presets(compose, option):
     cfg = compose([f"experiment={option}"])
-    assert cfg.name == option and exact_match_enabled(cfg) is False
+    assert cfg.name == option
+    assert (
+        exact_match_enabled({"exact_match": cfg.exact_match}, get_class(cfg.data._target_)) is False
+    )
     if option.startswith("multi30k"):
         assert cfg.callbacks.translation_quality.beam_size == 4
         assert cfg.callbacks.translation_quality.length_penalty == 0.6

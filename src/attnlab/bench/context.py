@@ -127,7 +127,7 @@ def _load_batches(ctx: Context, n: int) -> None:
     from attnlab.pipeline.build import build_datamodule
 
     torch.manual_seed(ctx.cfg.seed)
-    datamodule = build_datamodule(ctx.cfg, ctx.work_dir)
+    datamodule = build_datamodule(to_plain(ctx.cfg.data), ctx.work_dir)
     datamodule.setup("fit")
     ctx.task = datamodule.task
     ctx.special_ids = {"pad": datamodule.pad_id, "bos": datamodule.bos_id, "eos": datamodule.eos_id}

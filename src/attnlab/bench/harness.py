@@ -25,6 +25,7 @@ import torch
 
 from attnlab.bench.context import Context
 from attnlab.bench.timing import interleave, summarize, synchronize
+from attnlab.config.plain import plain_config
 from attnlab.runs.status import Status
 from attnlab.training.losses import label_smoothed_nll
 
@@ -76,13 +77,13 @@ def _lightning_block(ctx: Context, block: int) -> float:
 
     total = ctx.warmup + ctx.steps
     run_dir = ctx.work_dir / f"harness-{block}"
-    cfg = _config(ctx, total, run_dir)
-    L.seed_everything(cfg.seed, verbose=False)
+    cfg = plain_config(_config(ctx, total, run_dir))
+    L.seed_everything(cfg["seed"], verbose=False)
     clock = _StepClock(ctx.warmup, total)
     # attnlab-train's own lines (W&B offline, the validation interval) and the progress bar
     # belong to its runs, not to the bench's tables
     with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
-        datamodule = build_datamodule(cfg, run_dir)
+        datamodule = build_datamodule(cfg["data"], run_dir)
         module = build_module(cfg, datamodule)
         loggers = build_loggers(cfg, run_dir, "bench")
         trainer, _ = build_trainer(cfg, run_dir, loggers)
@@ -105,13 +106,13 @@ def _plain_block(ctx: Context) -> float:
     (configure_optimizers), clipping and precision, over the same data loader."""
     from attnlab.pipeline.build import build_datamodule, build_module
 
-    cfg = _config(ctx, ctx.warmup + ctx.steps, ctx.work_dir / "plain")
-    L.seed_everything(cfg.seed, verbose=False)
-    datamodule = build_datamodule(cfg, ctx.work_dir / "plain")
+    cfg = plain_config(_config(ctx, ctx.warmup + ctx.steps, ctx.work_dir / "plain"))
+    L.seed_everything(cfg["seed"], verbose=False)
+    datamodule = build_datamodule(cfg["data"], ctx.work_dir / "plain")
     datamodule.setup("fit")
     device = harness_device(ctx)
     module = build_module(cfg, datamodule).to(device)
-    model, clip = module.model.train(), cfg.trainer.gradient_clip_val
+    model, clip = module.model.train(), cfg["trainer"]["gradient_clip_val"]
     optimizers = module.configure_optimizers()
     optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
     step, marks = 0, []
@@ -119,7 +120,7 @@ def _plain_block(ctx: Context) -> float:
         batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
         with ctx.autocast(device):
             logits, targets = module.loss_logits_and_targets(batch)
-        loss = label_smoothed_nll(logits, targets, cfg.loss.label_smoothing, module.pad_id)[0]
+        loss = label_smoothed_nll(logits, targets, cfg["loss"]["label_smoothing"], module.pad_id)[0]
         loss.backward()
         if clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)

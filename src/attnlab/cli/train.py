@@ -30,25 +30,22 @@ def _task(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from attnlab.config.plain import to_plain
-    from attnlab.config.trainer_check import REMOTE_LAUNCHERS, trainer_problem
+    from attnlab.config.run import ConfigRefused
+    from attnlab.config.trainer_check import REMOTE_LAUNCHERS
     from attnlab.pipeline.train import train
     from attnlab.runs.identity import RunConfigChanged
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
         cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
+    # Checked by the preflight in this process, unless the launcher runs the job elsewhere:
+    # train() checks it on the job's machine otherwise (attnlab.config.run).
     checked = (
         _CHECKED_HERE and hydra_cfg.runtime.choices.get("hydra/launcher") not in REMOTE_LAUNCHERS
     )
-    problem = None if checked else trainer_problem(to_plain(cfg.trainer))  # on the job's machine
-    if problem:
-        print(f"{PROG}: error: {problem}", file=sys.stderr)
-        _EXIT_STATUSES.append(Status.CONFIG_ERROR)
-        return {"status": Status.CONFIG_ERROR, "error": problem}
     try:
         results = train(cfg, overrides=list(hydra_cfg.overrides.task), validated=checked)
-    except RunConfigChanged as err:  # nothing was written: one line, exit 2
+    except (ConfigRefused, RunConfigChanged) as err:  # nothing was written: one line, exit 2
         print(f"{PROG}: error: {err}", file=sys.stderr)
         _EXIT_STATUSES.append(Status.CONFIG_ERROR)
         return {"status": Status.CONFIG_ERROR, "error": str(err)}

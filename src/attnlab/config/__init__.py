@@ -12,6 +12,7 @@
     data_check.py   the data preflight: every data file read before training starts
     trainer_check.py  what Lightning would refuse on this machine
     preflight.py    the command line composed and validated: one-line errors, exit 2
+    run.py          a run's one call into config/: checks (unless the preflight ran), plain tree
     resolvers.py    ${attnlab_*:...} resolvers (run directory, world size, accumulation)
     location.py     where conf/ is
 

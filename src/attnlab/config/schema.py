@@ -67,7 +67,8 @@ def model_options(model) -> dict:
 class ModuleConfig:
     """The LightningModule (attnlab.pipeline.build.build_module): `_target_` null is
     attnlab.training.module.TransformerModule, built for the data's task (attnlab.tasks);
-    module._target_=pkg.MyModule trains your own subclass of it (same arguments)."""
+    module._target_=pkg.MyModule trains your own: a subclass of it, or any LightningModule
+    taking the same keywords (the built model, the task, the optim and scheduler partials)."""
 
     _target_: str | None = None
 

@@ -207,6 +207,9 @@ class SyntheticDataModule(ResumableDataModule):
     """
 
     config_class = SyntheticDataConfig  # the options (attnlab.data.configs)
+    # exact_match=null means this: every evaluation sequence greedy-decoded, since one right
+    # answer per input makes exact match the task's measure (attnlab.pipeline.build)
+    exact_match = True
 
     def __init__(self, **options) -> None:
         """`options`: SyntheticDataConfig's fields (attnlab.data.configs), checked here."""

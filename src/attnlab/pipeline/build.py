@@ -1,5 +1,6 @@
-"""The objects of one run, composed from its config: the datamodule, the LightningModule, the
-loggers and the Trainer with its callbacks. Each is built once; attnlab.pipeline.train runs them.
+"""The objects of one run, built from its config as plain Python (attnlab.config.run): the
+datamodule, the LightningModule, the loggers and the Trainer with its callbacks. Each is built
+once; attnlab.pipeline.train runs them.
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ import lightning as L
 from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config.plain import to_plain
-from attnlab.config.schema import SYNTHETIC_SCHEMA, model_options
+from attnlab.config.schema import HARNESS_MODEL_KEYS
 from attnlab.data.resumable import make_resumable
-from attnlab.model.config import TransformerConfig
+from attnlab.model import Transformer, TransformerConfig
 from attnlab.pipeline.console import PROG, say
 from attnlab.runs import quiet
 from attnlab.runs.loggers import build_loggers
+from attnlab.tasks import task_named
 from attnlab.training.callbacks import LoggingStep, Preemption, RNGState, periodic_checkpoints
 from attnlab.training.environment import (
     apply_gpu_memory_share,
@@ -37,74 +37,78 @@ class Built:
     """The objects of one run."""
 
     datamodule: L.LightningDataModule
-    module: TransformerModule
+    module: L.LightningModule
     trainer: L.Trainer
     loggers: list
     preemption: Preemption
 
 
-def build(cfg: DictConfig, run_dir: Path, name: str) -> Built:
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = build_datamodule(cfg, run_dir)
+def build(cfg: dict, run_dir: Path, name: str) -> Built:
+    """`cfg`: the run's config as plain Python (attnlab.config.run.run_config)."""
+    L.seed_everything(cfg["seed"], workers=True)
+    datamodule = build_datamodule(cfg["data"], run_dir)
     module = build_module(cfg, datamodule)
     loggers = build_loggers(cfg, run_dir, name)
     trainer, preemption = build_trainer(cfg, run_dir, loggers)
     return Built(datamodule, module, trainer, loggers, preemption)
 
 
-def build_datamodule(cfg: DictConfig, run_dir: Path) -> L.LightningDataModule:
-    """cfg.data instantiated (resumable mid-epoch: attnlab.data.resumable); its tokenizer
-    saved into the run."""
-    datamodule = make_resumable(instantiate(to_plain(cfg.data)))  # a module of one's own too
+def build_datamodule(data: dict, run_dir: Path | None) -> L.LightningDataModule:
+    """The data group (plain) instantiated (resumable mid-epoch: attnlab.data.resumable); its
+    tokenizer saved into the run."""
+    datamodule = make_resumable(instantiate(data))  # a module of one's own too
     if rank_zero_only.rank == 0 and hasattr(datamodule, "save_tokenizer"):
         datamodule.save_tokenizer(run_dir)  # <run_dir>/tokenizer.model decodes checkpoints
     return datamodule
 
 
-def build_module(cfg: DictConfig, datamodule) -> TransformerModule:
-    """cfg.module's `_target_` (null: TransformerModule) built for the data's task
-    (attnlab.tasks), with the model sized to the data's vocabulary, the data's special ids and
-    the optim, scheduler and loss groups."""
+def build_module(cfg: dict, datamodule) -> L.LightningModule:
+    """cfg.module's `_target_` (null: TransformerModule), given the built model (sized to the
+    data's vocabulary, with its pad id), the data's task (attnlab.tasks), the optimizer and
+    schedule partials, the loss group's values and the data's special ids. Any LightningModule
+    whose constructor takes these keywords will do; TransformerModule stores them as plain
+    values, so its checkpoints reload with weights_only."""
+    options = {k: v for k, v in cfg["model"].items() if k not in HARNESS_MODEL_KEYS}
     model_config = TransformerConfig.from_options(
-        model_options(cfg.model), vocab_size=datamodule.vocab_size, pad_id=datamodule.pad_id,
-        prefix="model.",
-    )  # fmt: skip
-    target = cfg.module.get("_target_")
+        options, vocab_size=datamodule.vocab_size, pad_id=datamodule.pad_id, prefix="model."
+    )
+    target = cfg["module"].get("_target_")
     module_class = get_class(target) if target else TransformerModule
-    return module_class(  # plain Python arguments: checkpoints load with weights_only
-        model=model_config.to_dict(),
-        optim=to_plain(cfg.optim),
-        scheduler=to_plain(cfg.scheduler),
-        label_smoothing=cfg.loss.label_smoothing,
-        z_loss=cfg.loss.z_loss,
-        loss_normalize=to_plain(cfg.loss)["normalize"],
+    return module_class(
+        model=Transformer(model_config),
+        task=task_named(datamodule.task),
+        optim=instantiate(cfg["optim"], _convert_="all"),
+        scheduler=instantiate(cfg["scheduler"], _convert_="all"),
+        label_smoothing=cfg["loss"]["label_smoothing"],
+        z_loss=cfg["loss"]["z_loss"],
+        loss_normalize=cfg["loss"]["normalize"],
         bos_id=datamodule.bos_id,
         eos_id=datamodule.eos_id,
-        max_steps=cfg.trainer.max_steps,
-        exact_match=exact_match_enabled(cfg),
-        compile=bool(cfg.model.get("compile", False)),
-        task=datamodule.task,
+        max_steps=cfg["trainer"]["max_steps"],
+        exact_match=exact_match_enabled(cfg, datamodule),
+        compile=bool(cfg["model"].get("compile", False)),
     )
 
 
-def exact_match_enabled(cfg: DictConfig) -> bool:
-    """cfg.exact_match, where null means: for synthetic data only. (Greedy-decoding every
-    evaluation sentence is the measure for the synthetic tasks; for text it is slow and near 0.)"""
+def exact_match_enabled(cfg: dict, datamodule) -> bool:
+    """cfg["exact_match"], where null means the data module's (class's) `exact_match` default:
+    True for the synthetic tasks, where greedy-decoding every evaluation sequence is the
+    measure; False (or absent) for text, where it is slow and near 0."""
     if cfg.get("exact_match") is not None:
-        return bool(cfg.exact_match)
-    return OmegaConf.get_type(cfg.data) is SYNTHETIC_SCHEMA
+        return bool(cfg["exact_match"])
+    return bool(getattr(datamodule, "exact_match", False))
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trainer, Preemption]:
-    """lightning.Trainer from cfg.trainer, with the configured callbacks, periodic
+def build_trainer(cfg: dict, run_dir: Path, loggers: list) -> tuple[L.Trainer, Preemption]:
+    """lightning.Trainer from cfg["trainer"], with the configured callbacks, periodic
     checkpoints, preemption handling and RNG state in checkpoints."""
-    callbacks = [instantiate(c) for c in to_plain(cfg.callbacks).values() if c]
+    callbacks = [instantiate(c) for c in cfg["callbacks"].values() if c]
     ckpt_dir = run_dir / "checkpoints"
-    callbacks += periodic_checkpoints(ckpt_dir, **to_plain(cfg.checkpoint))
+    callbacks += periodic_checkpoints(ckpt_dir, **cfg["checkpoint"])
     preemption = Preemption(ckpt_dir)
     callbacks += [preemption, RNGState(), LoggingStep()]
-    callbacks += progress_bar(cfg.trainer.enable_progress_bar)
-    kwargs = to_plain(cfg.trainer)
+    kwargs = dict(cfg["trainer"])
+    callbacks += progress_bar(kwargs.get("enable_progress_bar", True))
     if kwargs.get("enable_model_summary", True):
         callbacks.append(ParamsSummary())  # Lightning's, without a FLOPs column of zeros
     quiet.install()  # Lightning's GPU/TPU census and litlogger tip (attnlab.runs.quiet)
@@ -113,7 +117,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list) -> tuple[L.Trai
         kwargs.get("accumulate_grad_batches", 1),
     )  # fmt: skip
     kwargs["val_check_interval"] = interval
-    for line in (why, warmup_warning(to_plain(cfg.scheduler), kwargs.get("max_steps"))):
+    for line in (why, warmup_warning(cfg["scheduler"], kwargs.get("max_steps"))):
         if line:
             say(line)
     trainer = L.Trainer(

@@ -17,8 +17,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config.plain import plain_config
-from attnlab.config.validate import validate_config
+from attnlab.config.run import run_config
 from attnlab.pipeline.build import Built, build
 from attnlab.pipeline.console import say
 from attnlab.runs.checkpoints import (
@@ -48,18 +47,17 @@ def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool =
     propagates.
     """
     overrides = list(overrides or [])
-    if not validated:
-        validate_config(cfg)
-    run_dir = Path(cfg.paths.run_dir)
+    plain = run_config(cfg, checked=validated)  # the one call into attnlab.config
+    run_dir = Path(plain["paths"]["run_dir"])
     previous = RunRecord.read(run_dir)
-    if _already_completed(cfg, run_dir, previous):
+    if _already_completed(cfg, plain, run_dir, previous):
         return previous
-    ckpt_path = _resume_checkpoint(cfg, run_dir, previous)
+    ckpt_path = _resume_checkpoint(plain, run_dir, previous)
     state = _start_record(cfg, run_dir, overrides, previous, ckpt_path)
-    with _torch_threads(cfg.torch_threads), run_guard(state):
-        built = build(cfg, run_dir, run_name_of(cfg, overrides))
+    with _torch_threads(plain["torch_threads"]), run_guard(state):
+        built = build(plain, run_dir, run_name_of(plain, overrides))
         state.loggers, state.trainer = built.loggers, built.trainer
-        _log_config(cfg, built, state)
+        _log_config(plain, built, state)
         resume_collector()  # if attnlab-train paused it: the start-up's objects frozen first
         try:
             built.trainer.fit(
@@ -85,11 +83,11 @@ def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool =
 # --- resumption ------------------------------------------------------------------------------
 
 
-def _already_completed(cfg: DictConfig, run_dir: Path, previous: dict | None) -> bool:
+def _already_completed(cfg: DictConfig, plain: dict, run_dir: Path, previous: dict | None) -> bool:
     """resume=auto and the run directory holds this config, completed: nothing to train."""
-    if str(cfg.get("resume", "auto")) != "auto" or previous is None:
+    if str(plain.get("resume", "auto")) != "auto" or previous is None:
         return False
-    refuse_changed_config(run_dir, cfg)
+    refuse_changed_config(run_dir, cfg, plain)
     if previous.get("status") != Status.COMPLETED:
         return False
     say(
@@ -100,9 +98,9 @@ def _already_completed(cfg: DictConfig, run_dir: Path, previous: dict | None) ->
     return True
 
 
-def _resume_checkpoint(cfg: DictConfig, run_dir: Path, previous: dict | None) -> Path | None:
+def _resume_checkpoint(plain: dict, run_dir: Path, previous: dict | None) -> Path | None:
     """resume=auto: the run's newest checkpoint that loads; resume=<path>: that file."""
-    resume = str(cfg.get("resume", "auto"))
+    resume = str(plain.get("resume", "auto"))
     path = None
     if resume == "auto" and previous is not None:
         path = find_resume_checkpoint(run_dir, say=say)
@@ -116,14 +114,15 @@ def _resume_checkpoint(cfg: DictConfig, run_dir: Path, previous: dict | None) ->
     return path
 
 
-def refuse_changed_config(run_dir: Path, cfg: DictConfig, shown: int = 3) -> None:
-    """RunConfigChanged (nothing written) when `run_dir`'s config.yaml differs from `cfg` in a
-    key that defines the run: a preset or a default edited since the run was made."""
+def refuse_changed_config(run_dir: Path, cfg: DictConfig, plain: dict, shown: int = 3) -> None:
+    """RunConfigChanged (nothing written) when `run_dir`'s config.yaml differs from `cfg` (as
+    `plain`) in a key that defines the run: a preset or a default edited since the run was made.
+    `cfg` tells which values are its schema's defaults."""
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
         return
     stored = _as_today(OmegaConf.to_container(OmegaConf.load(stored_path)))
-    drift = config_drift(stored, plain_config(cfg), lambda key, value: _is_default(cfg, key, value))
+    drift = config_drift(stored, plain, lambda key, value: _is_default(cfg, key, value))
     if drift:
         more = f" and {len(drift) - shown} more" if len(drift) > shown else ""
         raise RunConfigChanged(
@@ -181,9 +180,9 @@ def _start_record(
     return RunState(record, is_rank_zero=is_rank_zero, prior_wall_time=prior)
 
 
-def run_name_of(cfg: DictConfig, overrides: list[str]) -> str:
-    """cfg.run_name, else one derived from the overrides (pe=rope-norm=pre-s=1)."""
-    return cfg.run_name or run_name(overrides, default=cfg.name)
+def run_name_of(plain: dict, overrides: list[str]) -> str:
+    """run_name, else one derived from the overrides (pe=rope-norm=pre-s=1)."""
+    return plain.get("run_name") or run_name(overrides, default=plain["name"])
 
 
 @contextmanager
@@ -201,11 +200,11 @@ def _torch_threads(n: int | None):
 # --- building --------------------------------------------------------------------------------
 
 
-def _log_config(cfg: DictConfig, built: Built, state: RunState) -> None:
+def _log_config(plain: dict, built: Built, state: RunState) -> None:
     """The whole config (dotted keys) and the parameter count to every logger, with
     scheduler.peak_lr the peak the schedule really takes (noam's formula's where it is null);
     the W&B run id and that peak into the record."""
-    flat_config = flatten(plain_config(cfg))
+    flat_config = flatten(plain)
     flat_config["model.num_parameters"] = built.module.model.num_parameters()
     flat_config["scheduler.peak_lr"] = peak_lr = built.module.peak_lr()
     for logger in built.loggers:

@@ -30,7 +30,8 @@ class RunForLoggers:
 
 
 def build_loggers(cfg, run_dir: Path, name: str) -> list:
-    """CSV (always: <run_dir>/metrics.csv), then each logger cfg.logger configures: its node is
+    """CSV (always: <run_dir>/metrics.csv), then each logger cfg["logger"] configures (`cfg`:
+    the run's config, plain or composed): its node is
     a partial of its `_target_` (conf/logger/*.yaml), called with the run; a builder may return
     None (W&B under WANDB_MODE=disabled)."""
     from hydra.utils import instantiate
@@ -38,9 +39,9 @@ def build_loggers(cfg, run_dir: Path, name: str) -> list:
     from attnlab.runs.lightning_loggers import ContinuingCSVLogger
 
     previous = logged_rows(run_dir)  # read before the CSV logger continues the file
-    run = RunForLoggers(run_dir, name, cfg.group, list(cfg.tags), previous)
+    run = RunForLoggers(run_dir, name, cfg["group"], list(cfg["tags"]), previous)
     loggers: list = [ContinuingCSVLogger(run_dir)]
-    for node in cfg.logger.values():
+    for node in cfg["logger"].values():
         if node is not None:
             loggers.append(instantiate(node)(run))
     return [logger for logger in loggers if logger is not None]

@@ -24,6 +24,7 @@ Under DDP the train/ metrics are over the global batch (all ranks); see `loss_no
 
 from __future__ import annotations
 
+import functools
 import time
 
 import lightning as L
@@ -33,12 +34,14 @@ from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.tasks import task_named
+from attnlab.tasks.base import Task
 from attnlab.training.diagnostics import probe
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss, z_loss
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
 from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.options import LOSS_NORMALIZATIONS
 from attnlab.training.schedules import lr_lambda, peak_of, schedule_from_config
+from attnlab.training.specs import as_spec
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 
@@ -46,14 +49,16 @@ _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 class TransformerModule(L.LightningModule):
     """Training, evaluation and logging of a Transformer on the batches of `task`.
 
-    model: TransformerConfig fields (dict); optim, scheduler: partials of their classes
-    (`_target_` and arguments: attnlab.training.optimizer, .schedules); task: the data module's
-    task (attnlab.tasks: "seq2seq", "lm"; null: the class's default_task, for checkpoints made
-    before it was an argument); max_steps: the run's length
-    (the cosine schedule's default horizon); exact_match: greedy-decode every evaluation
-    batch for val/ and test/exact_match. Plain dicts, so checkpoints reload with
-    `load_from_checkpoint` alone. compile: torch.compile the model's forward (training and
-    teacher-forced evaluation; greedy decoding stays eager), checkpoints unchanged.
+    model: the built Transformer, or its TransformerConfig fields (dict); optim, scheduler:
+    partials of their classes, or their configs (`_target_` and arguments:
+    attnlab.training.optimizer, .schedules); task: the data module's Task (attnlab.tasks), or
+    its name ("seq2seq", "lm"; null: the class's default_task, for checkpoints made before it
+    was an argument); max_steps: the run's length (the cosine schedule's default horizon);
+    exact_match: greedy-decode every evaluation batch for val/ and test/exact_match. The
+    hyper-parameters keep the plain forms (training/specs.py), so checkpoints reload with
+    `load_from_checkpoint` alone, under weights_only. compile: torch.compile the model's
+    forward (training and teacher-forced evaluation; greedy decoding stays eager), checkpoints
+    unchanged.
 
     loss_normalize: DDP averages the ranks' gradients. With "tokens" each rank's loss is the
     mean over its own target tokens, so the average equals the global token mean only when
@@ -65,9 +70,9 @@ class TransformerModule(L.LightningModule):
 
     def __init__(
         self,
-        model: dict,
-        optim: dict,
-        scheduler: dict,
+        model: Transformer | dict,
+        optim: functools.partial | dict,
+        scheduler: functools.partial | dict,
         label_smoothing: float = 0.1,
         z_loss: float = 0.0,
         bos_id: int = 2,
@@ -76,7 +81,7 @@ class TransformerModule(L.LightningModule):
         loss_normalize: str = "tokens_global",
         exact_match: bool = True,
         compile: bool = False,
-        task: str | None = None,
+        task: Task | str | None = None,
     ) -> None:
         super().__init__()
         if loss_normalize not in LOSS_NORMALIZATIONS:
@@ -86,28 +91,28 @@ class TransformerModule(L.LightningModule):
             )
         if (task or self.default_task) is None:
             raise ValueError("TransformerModule needs a task; expected one of the data's tasks")
-        self.save_hyperparameters(logger=False)  # the full config is logged by train.py
-        self.task = task_named(task or self.default_task)
-        self.config = TransformerConfig(**model)
+        self.task = task if isinstance(task, Task) else task_named(task or self.default_task)
+        if isinstance(model, Transformer):
+            self.model, self.config = model, model.config
+        else:
+            self.config = TransformerConfig(**model)
+            self.model = Transformer(self.config)
         problem = self.task.arch_problem(self.config.arch)
         if problem:
             raise ValueError(problem)
-        self.model = Transformer(self.config)
+        # What the checkpoint keeps: plain values that make the same module again (the built
+        # model, task and partials by their configs); the full config is logged by train.py.
+        self.save_hyperparameters(ignore=["model", "task"], logger=False)
+        self.hparams.update(
+            model=self.config.to_dict(),
+            optim=as_spec(optim, "optim"),
+            scheduler=as_spec(scheduler, "scheduler"),
+            task=self.task.name,
+        )
         if compile:  # in place: self.model's parameters and state_dict keys stay as they are
             self.model.compile()
         self.pad_id, self.bos_id, self.eos_id = self.config.pad_id, bos_id, eos_id
-        self.metrics = nn.ModuleDict(
-            {
-                split: nn.ModuleDict({name: MeanMetric() for name in _EVAL_METRICS})
-                for split in ("val", "test")
-            }
-        )
-        # Best values persist in checkpoints, so a resumed run keeps the best seen before.
-        self.val_loss_best = MinMetric()
-        self.val_nll_best = MinMetric()
-        self.val_exact_match_best = MaxMetric()
-        for best in (self.val_loss_best, self.val_nll_best, self.val_exact_match_best):
-            best.persistent(True)
+        self._add_metrics()
         self.diverged = False
         self.diverged_step: int | None = None
         self._log_now = True  # is this a step whose train/ metrics go to the loggers?
@@ -122,6 +127,21 @@ class TransformerModule(L.LightningModule):
         self.nll_init: Tensor | None = None
 
     default_task: str | None = None  # the task of a checkpoint saved without one
+
+    def _add_metrics(self) -> None:
+        """The val/ and test/ means, and the best validation values (kept in checkpoints, so a
+        resumed run keeps the best seen before)."""
+        self.metrics = nn.ModuleDict(
+            {
+                split: nn.ModuleDict({name: MeanMetric() for name in _EVAL_METRICS})
+                for split in ("val", "test")
+            }
+        )
+        self.val_loss_best = MinMetric()
+        self.val_nll_best = MinMetric()
+        self.val_exact_match_best = MaxMetric()
+        for best in (self.val_loss_best, self.val_nll_best, self.val_exact_match_best):
+            best.persistent(True)
 
     # --- what the task defines ------------------------------------------------------------
     def forward(self, *inputs: Tensor) -> Tensor:
