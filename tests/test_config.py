@@ -397,3 +397,20 @@ def test_a_composed_config_pickles(compose, overrides):
 
     cfg = compose(overrides)
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_an_optimizer_or_schedule_config_without_partial_is_built_as_a_partial(compose, tmp_path):
+    """The preflight completes optim and scheduler as partials whether they say `_partial_` or
+    not; the build does the same, so such a config cannot pass the preflight and fail later."""
+    from attnlab.config.plain import plain_config
+    from attnlab.config.validate import validate_config
+    from attnlab.pipeline.build import build_datamodule, build_module
+
+    overrides = [f"paths.run_dir={tmp_path}", "~optim._partial_", "~scheduler._partial_"]
+    composed = compose(overrides)
+    validate_config(composed)
+    cfg = plain_config(composed)
+    assert "_partial_" not in cfg["optim"] and "_partial_" not in cfg["scheduler"]
+    module = build_module(cfg, build_datamodule(cfg["data"], tmp_path))
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert type(optimizer).__name__ == "Adam" and module.peak_lr() == cfg["scheduler"]["peak_lr"]

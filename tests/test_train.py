@@ -310,3 +310,49 @@ def test_each_unnamed_multirun_gets_its_own_dated_folder(tiny_run, tmp_path, cap
     assert compare.main([str(root), "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     assert f"note: these runs come from 2 multiruns or sweeps: {folders[0]}; {folders[1]}" in out
+
+
+def _plain_module_class():
+    import lightning as L
+    import torch.nn.functional as F
+
+    class PlainModule(L.LightningModule):
+        """A LightningModule of one's own (no TransformerModule): the keywords build_module
+        gives, a cross-entropy on the task's inputs and targets, the config's optimizer."""
+
+        def __init__(self, model, task, optim, scheduler, **rest):
+            super().__init__()
+            self.model, self.task, self.optim = model, task, optim
+
+        def _nll(self, batch):
+            logits = self.model(*self.task.inputs(batch))
+            return F.cross_entropy(
+                logits.flatten(0, 1), self.task.targets(batch).flatten(),
+                ignore_index=self.model.config.pad_id,
+            )  # fmt: skip
+
+        def training_step(self, batch, batch_idx):
+            return self._nll(batch)
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val/nll", self._nll(batch), batch_size=len(batch[self.task.source_key]))
+
+        def test_step(self, batch, batch_idx):
+            self.log("test/nll", self._nll(batch), batch_size=len(batch[self.task.source_key]))
+
+        def configure_optimizers(self):
+            return self.optim(self.model.parameters(), lr=3e-3)
+
+    return PlainModule
+
+
+PlainModule = _plain_module_class()
+
+
+def test_a_lightning_module_of_ones_own_trains_from_module_target(compose, tiny_run, tmp_path):
+    """module._target_ may name any LightningModule taking the built model, the task and the
+    optimizer and schedule partials: the run completes, tests and records its metrics."""
+    results, run_dir = _run(compose, tiny_run, tmp_path, f"module._target_={__name__}.PlainModule")
+    assert results["status"] == "completed"
+    assert math.isfinite(results["metrics"]["test/nll"]) and "nll_init" not in results
+    assert list((run_dir / "checkpoints").glob("best-step=*.ckpt"))  # selected on its val/nll

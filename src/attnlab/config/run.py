@@ -19,17 +19,19 @@ class ConfigRefused(ValueError):
 
 
 def run_config(cfg: DictConfig, checked: bool = False) -> dict:
-    """`cfg` as plain Python (Hydra's own node dropped): what the run builds from, logs and
-    records. Unless `checked`, validated first: validate_config's ValueError (DataConfigError)
-    as it raises it, ConfigRefused for a trainer argument Lightning refuses on this machine."""
+    """`cfg` as plain Python (Hydra's own node dropped): what the run builds and logs from.
+    Unless `checked`, checked first, before anything is written: ConfigRefused with the first
+    problem (what Lightning would refuse on this machine, then validate.py's rules)."""
     if not checked:
+        from attnlab.config.plain import to_plain
         from attnlab.config.trainer_check import trainer_problem
         from attnlab.config.validate import validate_config
 
-        validate_config(cfg)
-    tree = plain_config(cfg)
-    if not checked:
-        problem = trainer_problem(tree["trainer"])
+        problem = trainer_problem(to_plain(cfg.trainer))
         if problem:
             raise ConfigRefused(problem)
-    return tree
+        try:
+            validate_config(cfg)
+        except ValueError as err:  # DataConfigError too: its problems, one per line
+            raise ConfigRefused(str(err)) from err
+    return plain_config(cfg)

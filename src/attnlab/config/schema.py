@@ -146,7 +146,8 @@ class TrainConfig:
     run_name: str | None = None
     seed: int = 1
     torch_threads: int | None = None  # torch.set_num_threads; None: torch's default
-    # Greedy exact match on every evaluation; null: for synthetic data only (for text, BLEU).
+    # Greedy exact match on every evaluation; null: the data module's `exact_match` attribute
+    # (True for the synthetic tasks; text has none: BLEU measures it).
     exact_match: bool | None = None
     model: ModelConfig = MISSING
     data: Any = MISSING

@@ -65,8 +65,9 @@ def build_datamodule(data: dict, run_dir: Path | None) -> L.LightningDataModule:
 def build_module(cfg: dict, datamodule) -> L.LightningModule:
     """cfg.module's `_target_` (null: TransformerModule), given the built model (sized to the
     data's vocabulary, with its pad id), the data's task (attnlab.tasks), the optimizer and
-    schedule partials, the loss group's values and the data's special ids. Any LightningModule
-    whose constructor takes these keywords will do; TransformerModule stores them as plain
+    schedule partials (`_partial_` whether the config says so or not), the loss group's values
+    and the data's special ids. Any LightningModule whose constructor takes these keywords will
+    do (docs/training.md says what the run reads of it); TransformerModule stores them as plain
     values, so its checkpoints reload with weights_only."""
     options = {k: v for k, v in cfg["model"].items() if k not in HARNESS_MODEL_KEYS}
     model_config = TransformerConfig.from_options(
@@ -76,9 +77,9 @@ def build_module(cfg: dict, datamodule) -> L.LightningModule:
     module_class = get_class(target) if target else TransformerModule
     return module_class(
         model=Transformer(model_config),
-        task=task_named(datamodule.task),
-        optim=instantiate(cfg["optim"], _convert_="all"),
-        scheduler=instantiate(cfg["scheduler"], _convert_="all"),
+        task=task_named(datamodule.task) if getattr(datamodule, "task", None) else None,
+        optim=instantiate(cfg["optim"], _partial_=True, _convert_="all"),
+        scheduler=instantiate(cfg["scheduler"], _partial_=True, _convert_="all"),
         label_smoothing=cfg["loss"]["label_smoothing"],
         z_loss=cfg["loss"]["z_loss"],
         loss_normalize=cfg["loss"]["normalize"],
@@ -96,7 +97,7 @@ def exact_match_enabled(cfg: dict, datamodule) -> bool:
     measure; False (or absent) for text, where it is slow and near 0."""
     if cfg.get("exact_match") is not None:
         return bool(cfg["exact_match"])
-    return bool(getattr(datamodule, "exact_match", False))
+    return getattr(datamodule, "exact_match", False) is True
 
 
 def build_trainer(cfg: dict, run_dir: Path, loggers: list) -> tuple[L.Trainer, Preemption]:

@@ -205,8 +205,9 @@ def _log_config(plain: dict, built: Built, state: RunState) -> None:
     scheduler.peak_lr the peak the schedule really takes (noam's formula's where it is null);
     the W&B run id and that peak into the record."""
     flat_config = flatten(plain)
-    flat_config["model.num_parameters"] = built.module.model.num_parameters()
-    flat_config["scheduler.peak_lr"] = peak_lr = built.module.peak_lr()
+    flat_config["model.num_parameters"] = sum(p.numel() for p in built.module.parameters())
+    peak_lr = built.module.peak_lr() if hasattr(built.module, "peak_lr") else None
+    flat_config["scheduler.peak_lr"] = peak_lr
     for logger in built.loggers:
         logger.log_hyperparams(flat_config)
     if state.is_rank_zero:
@@ -219,7 +220,7 @@ def _log_config(plain: dict, built: Built, state: RunState) -> None:
 def _final_status(built: Built) -> str:
     if built.trainer.interrupted or built.preemption.interrupted:
         return Status.INTERRUPTED
-    if built.module.diverged:
+    if getattr(built.module, "diverged", False):  # (a module of one's own may not say)
         return Status.DIVERGED
     return Status.DEBUG if built.trainer.fast_dev_run else Status.COMPLETED
 
@@ -266,7 +267,7 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
     for callback in built.trainer.callbacks:  # e.g. "extrapolation" (training/extrapolation.py)
         results.update(getattr(callback, "results_record", dict)())
     results["wall_time_s"] = state.wall_time()
-    if built.module.nll_init is not None:
+    if getattr(built.module, "nll_init", None) is not None:
         results["nll_init"] = float(built.module.nll_init)
     if status == Status.DIVERGED:
         results["diverged_step"] = built.module.diverged_step
