@@ -51,7 +51,8 @@ def _arms(name: str) -> dict[tuple, dict]:
 
 
 # Sweeps that are checks, not comparisons, and say so where they are reported: fewer seeds.
-FEWER_SEEDS = {"heads_lr": 1}  # section 3's coarse learning-rate check: 1 seed per rate
+# section 3's learning-rate check: 1 seed per rate
+FEWER_SEEDS = {"heads_lr": 1, "heads_lr_high": 1}
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
