@@ -74,11 +74,13 @@ if want heads; then
 fi
 
 if want heads_lr; then
-  stage "3 heads: a coarse learning-rate check on h = 1 and h = 8 (1 seed; 2e-3 is the heads stage's seed 1)"
+  stage "3 heads: a coarse learning-rate check on h = 1 and h = 8, 1e-3 to 3.2e-2 (1 seed; 2e-3 is the heads stage's seed 1)"
   attnlab-sweep sweeps/heads_lr.yaml "${SWEEP[@]}" --out $OUT/heads_lr "${COMMON[@]}" \
     data.root=$DATA/multi30k || true
-  ls -d $OUT/heads_lr/*/ | xargs -P 2 -I{} attnlab-eval ckpt={}checkpoints last=5
-  attnlab-compare $OUT/heads_lr $OUT/heads/000-n_heads_1-seed_1 $OUT/heads/006-n_heads_8-seed_1 \
+  attnlab-sweep sweeps/heads_lr_high.yaml "${SWEEP[@]}" --out $OUT/heads_lr_high "${COMMON[@]}" \
+    data.root=$DATA/multi30k || true
+  ls -d $OUT/heads_lr/*/ $OUT/heads_lr_high/*/ | xargs -P 2 -I{} attnlab-eval ckpt={}checkpoints last=5
+  attnlab-compare $OUT/heads_lr $OUT/heads_lr_high $OUT/heads/000-n_heads_1-seed_1 $OUT/heads/006-n_heads_8-seed_1 \
     --metric eval/test-avg5-step1700-1800-beam4_lp0.6/bleu --x scheduler.peak_lr \
     --columns 'eval/*/bleu' --columns 'eval/*/nll' --out $IMG/heads_lr
   keep heads_lr
