@@ -7,10 +7,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
 from attnlab.analysis.groups import aggregate, group_label
-from attnlab.analysis.runs import Group, Run
+from attnlab.analysis.runs import Group, Run, stored_config
 from attnlab.analysis.tables import fmt_mean_std
 
 # In the order they are reported; the first present is the table's. Free-running (greedy) and
@@ -72,10 +70,10 @@ def longest_trained(runs: Sequence[Run]) -> int | None:
     read from their config.yaml; None when unknown or when they differ."""
     found = set()
     for run in runs:
-        try:
-            data = yaml.safe_load((run.run_dir / "config.yaml").read_text()).get("data") or {}
-        except (OSError, yaml.YAMLError, AttributeError):
+        tree = stored_config(run.run_dir)
+        if not tree:
             continue
+        data = tree.get("data") or {}
         train_len = data.get("train_len")
         found.add(train_len[1] if isinstance(train_len, list) else data.get("block_size"))
     return found.pop() if len(found) == 1 and None not in found else None

@@ -117,13 +117,18 @@ def fill_from_configs(runs: list[Run]) -> None:
 
 def _composed_config(run_dir: Path) -> dict[str, Any]:
     """The run's whole config (config.yaml, dotted keys), or {} where it has none."""
+    return flatten(stored_config(run_dir))
+
+
+def stored_config(run_dir: Path) -> dict[str, Any]:
+    """The run's config.yaml as a nested dict, or {} where it is missing or not a mapping."""
     import yaml
 
     try:
         tree = yaml.safe_load((run_dir / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
         return {}
-    return flatten(tree) if isinstance(tree, dict) else {}
+    return tree if isinstance(tree, dict) else {}
 
 
 def length_metrics(extrapolation: dict[str, dict]) -> dict[str, float]:
