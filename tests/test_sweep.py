@@ -264,7 +264,7 @@ def test_command_macros_expand_like_the_wandb_agent(monkeypatch):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"method": "bayes"}, "method='bayes'"),
+        ({"method": "hyperopt"}, "method='hyperopt'"),
         ({"parameters": {"a": {"values": [1, None]}}}, "parameters.a: null"),
         ({"parameters": {"a": {"min": 0, "max": 1}}}, "parameters.a: method 'grid' needs"),
         (

@@ -30,7 +30,7 @@ from typing import Any
 from attnlab.analysis.groups import MISSING, group_label, short_names, sort_key
 from attnlab.analysis.runs import Group, Run
 from attnlab.analysis.tables import fmt_number, fmt_value
-from attnlab.runs.status import Status
+from attnlab.runs.status import Status, status_counts
 
 DEFAULT_LR_KEY = "scheduler.peak_lr"
 INIT_KEY = "nll_init"  # results.json's loss at initialization, read as a metric
@@ -229,7 +229,7 @@ def curve_table(arms_: Sequence[Arm], x_key: str, keys: Sequence[str]) -> list[l
 def _cell(p: RatePoint) -> str:
     values = list(p.values.values())
     if not values:
-        return "running" if p.runs else ""
+        return status_counts([r.status for r in p.runs]) if p.runs else ""  # "1 pruned"
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else None
     text = fmt_number(mean) + (f" ± {fmt_number(std)}" if std is not None else "")

@@ -77,6 +77,7 @@ from attnlab.analysis.runs import (
     trials_without_results,
 )
 from attnlab.analysis.tables import markdown_table, text_table
+from attnlab.sweeps.search_report import search_views
 
 PROG = programs.COMPARE
 
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     for path, err in c.unreadable:
         print(f"could not read {path}: {err}")
     written = write_report(out, table, c, args)
+    written += search_views(args.paths, out)  # a searched sweep's best trial, importance...
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

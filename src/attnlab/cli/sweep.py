@@ -16,6 +16,7 @@ prints the command that resumes it: the same one with `--out <its folder>`.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import signal
 import sys
@@ -71,7 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="number of trials: required for random, caps grid; with --wandb, runs per agent",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random search (default 0)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of a random sweep's draws (default 0); a search (bayes, or random with Optuna) "
+        "mixes it with each worker's host and pid, so that workers never draw alike",
+    )
+    p.add_argument(
+        "--storage",
+        help="the search's Optuna storage, shared by workers on several machines: an SQLAlchemy "
+        "URL (postgresql://..., sqlite:///...) or a journal file (journal:PATH, *.log) on a shared "
+        "filesystem (default: sqlite in the sweep's folder)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the trials and exit")
     p.add_argument("--wandb", action="store_true", help="create the sweep on W&B, run agents")
     p.add_argument("--project", help="W&B project (with --wandb; default: the file's 'project')")
@@ -93,16 +106,24 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _sweep_and_slots(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The sweep file (its `name` set) and the GPU slots; SweepError or ValueError if bad."""
+    config = load_sweep(args.sweep)
+    config.setdefault("name", sweep_name(config, args.sweep))
+    groups = gpu_slots(gpu_groups(args.gpus, args.gpus_per_trial), args.trials_per_gpu)
+    if args.parallel is not None and args.parallel < 1:
+        raise SweepError(f"--parallel={args.parallel} must be >= 1")
+    return config, groups
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
     try:
-        config = load_sweep(args.sweep)
-        config.setdefault("name", sweep_name(config, args.sweep))
-        groups = gpu_slots(gpu_groups(args.gpus, args.gpus_per_trial), args.trials_per_gpu)
-        if args.parallel is not None and args.parallel < 1:
-            raise SweepError(f"--parallel={args.parallel} must be >= 1")
-        if args.wandb:
+        config, groups = _sweep_and_slots(args)
+        if args.wandb:  # W&B's server searches
             return _run_wandb(args, config, groups)
+        if searched(config, args):  # Optuna, here
+            return _run_search(args, config, groups, argv)
         out = Path(args.out) if args.out else default_out_dir(config["name"])
         trials = expand_sweep(config, args.overrides, out_dir=out, count=args.count, seed=args.seed)
         note = grid_count(config, args.count)[1] if config.get("method") == "grid" else None
@@ -152,6 +173,92 @@ def main(argv: list[str] | None = None) -> int:
     return exit_code(
         [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
     )
+
+
+def searched(config: dict, args: argparse.Namespace) -> bool:
+    """Searched by Optuna (attnlab.sweeps.search): bayes always; random with early_terminate,
+    run_cap or --storage (else its draws are made up front, as before, with --count and --seed)."""
+    if config["method"] == "bayes":
+        return True
+    extras = ("early_terminate", "run_cap")
+    return config["method"] == "random" and (any(k in config for k in extras) or bool(args.storage))
+
+
+def _run_search(args: argparse.Namespace, config: dict, groups: list[str], argv) -> int:
+    """Search the sweep with Optuna: the plan, the preflight, the workers, the summary."""
+    from attnlab.sweeps import search_space
+    from attnlab.sweeps.search import Search, default_storage
+
+    search_space.check_search(config, args.sweep)
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise SweepError(
+            f"{args.sweep}: method {config['method']!r} is searched by Optuna, which is not "
+            "installed: pip install 'attnlab[optuna]' (or run it on W&B's server with --wandb)"
+        ) from None
+    cap = args.count or config.get("run_cap")
+    if cap is None:
+        raise SweepError(f"{args.sweep}: a search needs run_cap in the file or --count N")
+    out = Path(args.out) if args.out else default_out_dir(config["name"])
+    share = 1 / args.trials_per_gpu if args.trials_per_gpu > 1 else None
+    search = Search(
+        config, out, args.storage or default_storage(out), cap, args.overrides, args.seed, share
+    )
+    slots = list(groups) or [None] * (args.parallel or 1)
+    if groups and args.parallel:
+        slots = slots[: args.parallel]
+    _print_plan(search, args, len(slots))
+    if not _trials_start(search.check_trials()):
+        return 2
+    if args.dry_run:
+        print("no study created (--dry-run)")
+        return 0
+    return _search(search, slots, args, argv)
+
+
+def _print_plan(search, args, workers: int) -> None:
+    from attnlab.sweeps import search_space
+
+    sampler = "TPE" if search.config["method"] == "bayes" else "random sampling"
+    print(
+        f"sweep {search.name} ({args.sweep}): {search.config['method']} search by Optuna "
+        f"({sampler}), {search.cap} trials per study, {workers} worker(s), out {search.out}"
+    )
+    print(f"studies: {', '.join(search.study_names())} in {search.storage}")
+    for key, dist in search_space.distributions(search.config, search.arms[0])[0].items():
+        print(f"  {key}: {dist}")
+    if search.pruning is not None:
+        p = search.pruning
+        last = f", none after validation {p.last_step}" if p.last_step is not None else ""
+        print(
+            f"pruning: successive halving at validations {', '.join(map(str, p.bands))}... "
+            f"(from 0), keeping the top 1/{p.reduction_factor}{last}"
+        )
+
+
+def _search(search, slots, args, argv) -> int:
+    from attnlab.sweeps.search import run_search
+    from attnlab.sweeps.search_report import study_results, write_search_file, write_search_views
+
+    write_spec(search.out, search.config)
+    write_search_file(search)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        ran = run_search(search, slots)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in ran)
+    results = study_results(search)
+    print()
+    print(write_summary(results, search.out, search.name, args.sweep, search.metric, interrupted))
+    record = json.loads((search.out / "search.json").read_text())
+    for line in write_search_views(search.out, record):
+        print(line)
+    print(f"search views: {search.out / 'search.md'}")
+    if interrupted:
+        print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], search.out)}")
+    return exit_code([r.status for r in ran])
 
 
 def _list_trials(trials) -> None:

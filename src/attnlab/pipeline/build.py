@@ -28,6 +28,7 @@ from attnlab.training.environment import (
 )
 from attnlab.training.module import TransformerModule
 from attnlab.training.progress import progress_bar
+from attnlab.training.pruning import sweep_pruning
 from attnlab.training.short_runs import validation_interval, warmup_warning
 from attnlab.training.summary import ParamsSummary
 
@@ -108,6 +109,7 @@ def build_trainer(cfg: dict, run_dir: Path, loggers: list) -> tuple[L.Trainer, P
     callbacks += periodic_checkpoints(ckpt_dir, **cfg["checkpoint"])
     preemption = Preemption(ckpt_dir)
     callbacks += [preemption, RNGState(), LoggingStep()]
+    callbacks += sweep_pruning()  # a trial of a searched sweep (attnlab.sweeps.search)
     kwargs = dict(cfg["trainer"])
     callbacks += progress_bar(kwargs.get("enable_progress_bar", True))
     if kwargs.get("enable_model_summary", True):

@@ -73,7 +73,7 @@ def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool =
                 raise
         status = _final_status(built)
         metrics = _scalars(built.trainer.callback_metrics)
-        if status == Status.COMPLETED:
+        if status in (Status.COMPLETED, Status.PRUNED):
             _one_file_per_step(built.trainer, run_dir / "checkpoints")
         if status in (Status.COMPLETED, Status.DEBUG):
             metrics.update(_test(built))
@@ -222,6 +222,8 @@ def _final_status(built: Built) -> str:
         return Status.INTERRUPTED
     if getattr(built.module, "diverged", False):  # (a module of one's own may not say)
         return Status.DIVERGED
+    if any(getattr(c, "pruned", False) for c in built.trainer.callbacks):
+        return Status.PRUNED  # stopped by a searched sweep's pruner (training/pruning.py)
     return Status.DEBUG if built.trainer.fast_dev_run else Status.COMPLETED
 
 

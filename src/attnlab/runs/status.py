@@ -21,6 +21,7 @@ class Status(str, Enum):
     DEBUG = "debug"  # a trainer.fast_dev_run run (a few batches of each split, no checkpoints)
     FAILED = "failed"
     DIVERGED = "diverged"
+    PRUNED = "pruned"  # stopped early by a search's pruner (attnlab-sweep with Optuna)
     INTERRUPTED = "interrupted"
     CONFIG_ERROR = "config_error"  # refused by the preflight, nothing written
     NOT_STARTED = "not_started"  # a sweep trial the sweep was stopped before
@@ -35,13 +36,14 @@ class Status(str, Enum):
 
 S = Status
 # What results.json can say, in the order reports list them.
-STATUSES = (S.RUNNING, S.COMPLETED, S.DEBUG, S.FAILED, S.DIVERGED, S.INTERRUPTED)
+STATUSES = (S.RUNNING, S.COMPLETED, S.DEBUG, S.FAILED, S.DIVERGED, S.PRUNED, S.INTERRUPTED)
 # A run that ended (results.json no longer changes).
-FINAL_STATUSES = (S.COMPLETED, S.DEBUG, S.FAILED, S.DIVERGED, S.INTERRUPTED)
+FINAL_STATUSES = (S.COMPLETED, S.DEBUG, S.FAILED, S.DIVERGED, S.PRUNED, S.INTERRUPTED)
 # Order in tables and counts: success first, then how runs went wrong, then the unfinished.
 REPORT_ORDER = (
     S.COMPLETED,
     S.DEBUG,
+    S.PRUNED,
     S.DIVERGED,
     S.FAILED,
     S.INTERRUPTED,
@@ -55,6 +57,7 @@ REPORT_ORDER = (
 EXIT_CODES = {
     S.COMPLETED: 0,
     S.DEBUG: 0,
+    S.PRUNED: 0,  # the search stopped it on purpose: the run did what it was asked
     S.FAILED: 1,
     S.CONFIG_ERROR: 2,
     S.DIVERGED: 3,

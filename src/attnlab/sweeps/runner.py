@@ -246,25 +246,12 @@ class _TrialPool:
         attempt's output stays above it)."""
         trial = result.trial
         result.gpus = self.free.popleft() if self.groups else None
-        trial.run_dir.mkdir(parents=True, exist_ok=True)
-        logfile = open(result.log_path, "a")  # closed in reap(), when the trial ends
-        logfile.write(f"$ {shlex.join(trial.command)}\n")
-        if result.gpus is not None:
-            logfile.write(f"# CUDA_VISIBLE_DEVICES={result.gpus}\n")
-        logfile.flush()
         try:
             with _ctrl_c_deferred():  # a started process is always in self.running
-                proc = subprocess.Popen(
-                    trial.command,
-                    stdout=logfile,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=trial_env(result.gpus, self.memory_share),
-                    start_new_session=True,
-                )
+                env = trial_env(result.gpus, self.memory_share)
+                proc, logfile = launch(trial, env, result.gpus)
                 self.running[proc] = (result, time.monotonic(), logfile)
         except OSError as err:
-            logfile.close()
             self.release(result)
             result.status, result.exit_code, result.wall_time_s = Status.FAILED, None, 0.0
             result.error = f"could not start {trial.command[0]!r}: {err.strerror or err}"
@@ -290,6 +277,32 @@ class _TrialPool:
             f"{self._progress(result)} {result.status:<9} {result.trial.label}"
             f"{metric} ({result.wall_time_s:.1f} s){error}"
         )
+
+
+def launch(trial: Trial, env: dict[str, str], gpus: str | None = None):
+    """Start the trial's process in its own session, its output appended to <run_dir>/trial.log
+    (an earlier attempt's output stays above it); (process, open log file: close it when the
+    process ends). OSError when the command cannot start. Call it inside _ctrl_c_deferred(), with
+    the bookkeeping of the process, so that a Ctrl-C cannot fall between the two."""
+    trial.run_dir.mkdir(parents=True, exist_ok=True)
+    logfile = open(trial.run_dir / "trial.log", "a")
+    logfile.write(f"$ {shlex.join(trial.command)}\n")
+    if gpus is not None:
+        logfile.write(f"# CUDA_VISIBLE_DEVICES={gpus}\n")
+    logfile.flush()
+    try:
+        proc = subprocess.Popen(
+            trial.command,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError:
+        logfile.close()
+        raise
+    return proc, logfile
 
 
 @contextlib.contextmanager

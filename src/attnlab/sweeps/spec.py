@@ -24,7 +24,9 @@ import yaml
 
 from attnlab.runs.overrides import override_key
 
-METHODS = ("grid", "random")
+METHODS = ("grid", "random", "bayes")
+# W&B's bounded distributions (https://docs.wandb.ai/models/sweeps/sweep-config-keys); its
+# unbounded ones (normal, log_normal, beta and their q_ forms) are refused, see UNBOUNDED.
 DISTRIBUTIONS = (
     "constant",
     "categorical",
@@ -32,9 +34,15 @@ DISTRIBUTIONS = (
     "uniform",
     "q_uniform",
     "log_uniform",
+    "q_log_uniform",
     "log_uniform_values",
     "q_log_uniform_values",
+    "inv_log_uniform",
+    "inv_log_uniform_values",
 )
+UNBOUNDED = ("normal", "q_normal", "log_normal", "q_log_normal", "beta", "q_beta")
+# min and max are the values themselves (else exponents: log_uniform, q_log_uniform, inv_...)
+_POSITIVE = ("log_uniform_values", "q_log_uniform_values", "inv_log_uniform_values")
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
 _ENVVAR_MACRO = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")
 _SAFE_VALUE = re.compile(r"^[\w./+:-]+$")
@@ -96,10 +104,7 @@ def load_sweep(path_or_dict: str | os.PathLike | Mapping) -> dict:
         raise SweepError(f"{source}: a sweep file must be a mapping with 'method' and 'parameters'")
     method = config.get("method")
     if method not in METHODS:
-        raise SweepError(
-            f"{source}: method={method!r} cannot run without the W&B server; "
-            f"expected one of: {', '.join(METHODS)} (or run it with --wandb)"
-        )
+        raise SweepError(f"{source}: method={method!r}; expected one of: {', '.join(METHODS)}")
     params = config.get("parameters")
     if not isinstance(params, dict) or not params:
         raise SweepError(f"{source}: 'parameters' must be a non-empty mapping")
@@ -137,6 +142,11 @@ def _check_parameter(source: str, key: str, spec: Any, method: str) -> None:
     if method == "grid":
         raise SweepError(f"{where}: method 'grid' needs 'values' or 'value'")
     distribution = _distribution(spec)
+    if distribution in UNBOUNDED:
+        raise SweepError(
+            f"{where}.distribution={distribution!r} is unbounded (mu/sigma); a search here takes "
+            f"a bounded one: {', '.join(DISTRIBUTIONS[2:])}"
+        )
     if distribution not in DISTRIBUTIONS:
         raise SweepError(
             f"{where}.distribution={distribution!r} is not supported; "
@@ -146,7 +156,9 @@ def _check_parameter(source: str, key: str, spec: Any, method: str) -> None:
         raise SweepError(f"{where}: distribution {distribution!r} needs 'min' and 'max'")
     if not spec["min"] <= spec["max"]:
         raise SweepError(f"{where}: min={spec['min']} is larger than max={spec['max']}")
-    if distribution in ("log_uniform_values", "q_log_uniform_values") and spec["min"] <= 0:
+    if distribution.startswith("q_") and not spec.get("q", 1) > 0:
+        raise SweepError(f"{where}.q={spec.get('q')!r} must be > 0")
+    if distribution in _POSITIVE and spec["min"] <= 0:
         raise SweepError(f"{where}: distribution {distribution!r} needs min > 0")
 
 
@@ -189,14 +201,19 @@ def sample(spec: Mapping, rng: random.Random) -> Any:
         return _quantize(rng.uniform(lo, hi), q)
     if distribution == "log_uniform":  # min and max are exponents: exp(U(min, max))
         return math.exp(rng.uniform(lo, hi))
-    if distribution == "log_uniform_values":  # min and max are the values themselves
+    if distribution == "q_log_uniform":
+        return _quantize(math.exp(rng.uniform(lo, hi)), q)
+    if distribution in ("log_uniform_values", "inv_log_uniform_values"):  # the values themselves
         return math.exp(rng.uniform(math.log(lo), math.log(hi)))
     if distribution == "q_log_uniform_values":
         return _quantize(math.exp(rng.uniform(math.log(lo), math.log(hi))), q)
+    if distribution == "inv_log_uniform":  # log(1/X) ~ U(min, max)
+        return math.exp(-rng.uniform(lo, hi))
     raise SweepError(f"distribution {distribution!r} is not supported")
 
 
 def _quantize(x: float, q: float) -> float | int:
+    """W&B's q_ forms: round(x / q) * q, an int when q is one."""
     value = round(x / q) * q
     return int(value) if isinstance(q, int) else value
 
@@ -207,6 +224,8 @@ def expand_params(config: Mapping, count: int | None = None, seed: int = 0) -> l
     params = config["parameters"]
     if config["method"] == "grid":
         return grid_count(config, count)[0]
+    if config["method"] != "random":
+        raise SweepError(f"method {config['method']!r} is searched (attnlab.sweeps.search)")
     if count is None or count < 1:
         raise SweepError("method 'random' needs --count N (the number of trials, N >= 1)")
     rng = random.Random(seed)
@@ -327,23 +346,41 @@ def expand_sweep(
     config = load_sweep(path_or_dict)
     path = None if isinstance(path_or_dict, Mapping) else path_or_dict
     name = sweep_name(config, path)
-    command = list(config.get("command", DEFAULT_COMMAND))
     keys = swept_keys(config) or list(config["parameters"])
-    trials = []
-    for index, params in enumerate(expand_params(config, count=count, seed=seed)):
-        trial = Trial(index=index, params=params, overrides=[], command=[], name="")
-        trial.name = trial_name(params, keys)
-        trial.run_dir = Path(out_dir) / trial.label if out_dir is not None else None
-        args_json_file = str(trial.run_dir / "args.json") if trial.run_dir else "args.json"
-        argv = expand_command(command, command_vars(params, config.get("program"), args_json_file))
-        set_keys = {override_key(t) for t in argv} | {override_key(t) for t in extra_overrides}
-        if "group" not in set_keys:
-            argv.append(f"group={name}")
-        argv += list(extra_overrides)
-        if trial.run_dir is not None:  # the trial's directory replaces the file's run dir
-            argv = [t for t in argv if override_key(t) != "hydra.run.dir"]
-            argv.append(f"hydra.run.dir={hydra_quote(str(trial.run_dir))}")
-        trial.command = argv
-        trial.overrides = [t for t in argv if override_key(t) is not None]
-        trials.append(trial)
-    return trials
+    params_list = expand_params(config, count=count, seed=seed)
+    return [
+        make_trial(config, params, index, name, keys, extra_overrides, out_dir)
+        for index, params in enumerate(params_list)
+    ]
+
+
+def make_trial(
+    config: Mapping,
+    params: Mapping[str, Any],
+    index: int,
+    sweep: str,
+    keys: Sequence[str],
+    extra_overrides: Sequence[str] = (),
+    out_dir: str | os.PathLike | None = None,
+    label: str | None = None,
+) -> Trial:
+    """One trial of a (loaded) sweep: its argv as `wandb agent` builds it from `params`, with
+    `group=<sweep>` unless set, the extra overrides and, with `out_dir`, its run directory
+    `<out_dir>/<label>` (default label `<NNN>-<name>`)."""
+    trial = Trial(index=index, params=dict(params), overrides=[], command=[], name="")
+    trial.name = trial_name(params, keys)
+    if out_dir is not None:
+        trial.run_dir = Path(out_dir) / (label or trial.label)
+    args_json_file = str(trial.run_dir / "args.json") if trial.run_dir else "args.json"
+    command = list(config.get("command", DEFAULT_COMMAND))
+    argv = expand_command(command, command_vars(params, config.get("program"), args_json_file))
+    set_keys = {override_key(t) for t in argv} | {override_key(t) for t in extra_overrides}
+    if "group" not in set_keys:
+        argv.append(f"group={sweep}")
+    argv += list(extra_overrides)
+    if trial.run_dir is not None:  # the trial's directory replaces the file's run dir
+        argv = [t for t in argv if override_key(t) != "hydra.run.dir"]
+        argv.append(f"hydra.run.dir={hydra_quote(str(trial.run_dir))}")
+    trial.command = argv
+    trial.overrides = [t for t in argv if override_key(t) is not None]
+    return trial

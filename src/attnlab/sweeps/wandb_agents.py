@@ -26,6 +26,7 @@ def server_config(
     runs that several agents start in the same second never share a directory."""
     config = dict(config)
     config.pop("baseline", None)  # attnlab-compare's default baseline: not a W&B sweep key
+    config.pop("arms", None)  # attnlab's per-arm studies: W&B's server searches the arms jointly
     command = [str(t) for t in config.get("command", DEFAULT_COMMAND)]
     keys = {override_key(t) for t in [*command, *extra_overrides]} | set(config["parameters"])
     if "group" not in keys:

@@ -1,0 +1,228 @@
+"""A searched sweep's Optuna studies in their storage: opening, counting, recovering the trials of
+dead workers, choosing the next trial, recording its end. attnlab.sweeps.search runs the workers.
+
+Each trial keeps what attnlab needs in its user attributes (ATTR_*): its run directory (a retry
+of an interrupted trial reuses it, so the run resumes from its newest checkpoint), the values its
+run got, the worker that runs it (host:pid), a lease the worker renews while the run lives, and
+the run's attnlab status. A worker's trial whose lease ran out, or whose worker on this host is
+gone, is marked failed and enqueued again with the same parameters and run directory. A retry
+(ATTR_RETRY_OF) replaces the trial it retries in every count; a trial asked beyond the cap by a
+racing worker is ended at once (ATTR_OVER_CAP) and counted nowhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import time
+import zlib
+from collections.abc import Sequence
+
+from attnlab.runs.optuna_link import open_storage
+from attnlab.runs.status import Status
+from attnlab.sweeps.search_space import space_fingerprint
+from attnlab.sweeps.spec import SweepError
+
+LEASE_S = 120.0  # a running trial whose worker has not renewed its lease for this long is dead
+HEARTBEAT_S = 20.0  # how often a worker renews the lease of the trial it runs
+ATTR_RUN_DIR = "attnlab:run_dir"
+ATTR_VALUES = "attnlab:values"
+ATTR_OWNER = "attnlab:owner"
+ATTR_LEASE = "attnlab:lease_until"
+ATTR_CHILD = "attnlab:child_pid"
+ATTR_STATUS = "attnlab:status"
+ATTR_RETRY_OF = "attnlab:retry_of"
+ATTR_OVER_CAP = "attnlab:over_cap"
+ATTR_SPACE = "attnlab:space"
+HOST = socket.gethostname()
+
+
+def owner() -> str:
+    return f"{HOST}:{os.getpid()}"
+
+
+def open_studies(
+    config: dict, storage_url: str, names: Sequence[str], seed: int, worker: int = 0
+) -> list:
+    """One Study per name (created, or loaded when it exists), with a sampler of its own: TPE
+    (constant liar, so parallel workers spread out) for bayes, random for random. The seed is
+    `seed` mixed with this worker's host, pid and `worker` number: workers that join a study at
+    the same moment, and a rerun, must not repeat each other's draws (two processes seeded alike
+    drew the same learning rates), so a search is not repeatable draw for draw. SweepError when a
+    study exists with another search space."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(storage_url)
+    fingerprint = space_fingerprint(config)
+    direction = (config.get("metric") or {}).get("goal", "minimize")
+    studies = []
+    for name in names:
+        study = optuna.create_study(
+            storage=storage, study_name=name, direction=direction, load_if_exists=True
+        )
+        stored = study.user_attrs.get(ATTR_SPACE)
+        if stored is None:
+            study.set_user_attr(ATTR_SPACE, fingerprint)
+        elif stored != fingerprint:
+            raise SweepError(
+                f"study {name!r} in {storage_url} was created from another search space "
+                "(parameters, metric, early_terminate or arms differ); use a new --out or --storage"
+            )
+        draw_seed = zlib.crc32(f"{seed}:{owner()}:{worker}:{name}".encode())
+        study.sampler = (
+            optuna.samplers.TPESampler(seed=draw_seed, constant_liar=True)
+            if config["method"] == "bayes"
+            else optuna.samplers.RandomSampler(seed=draw_seed)
+        )
+        studies.append(study)
+    return studies
+
+
+def counted(trials) -> list:
+    """The trials that count toward the cap: all but retried ones and those over the cap."""
+    retried = {t.user_attrs.get(ATTR_RETRY_OF) for t in trials} - {None}
+    return [
+        t
+        for t in trials
+        if not t.user_attrs.get(ATTR_OVER_CAP)
+        and not (t.number in retried and t.state.name == "FAIL")
+    ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_reason(trial, now: float) -> str | None:
+    """Why a RUNNING trial's worker is gone (None: it lives, or may)."""
+    host, _, pid = str(trial.user_attrs.get(ATTR_OWNER, "")).rpartition(":")
+    if not pid:  # asked, not yet claimed: give the worker its lease
+        started = trial.datetime_start.timestamp() if trial.datetime_start else now
+        return "never claimed" if now - started > LEASE_S else None
+    if host == HOST and int(pid) == os.getpid():
+        return None  # this process's own
+    if host == HOST and not _alive(int(pid)):
+        return f"its worker (pid {pid}) is gone"
+    if float(trial.user_attrs.get(ATTR_LEASE, 0)) < now:
+        return f"its worker {host}:{pid} has not renewed its lease for {LEASE_S:.0f} s"
+    return None
+
+
+def reclaim_stale(study, log) -> int:
+    """Mark failed the running trials whose worker is gone and enqueue each again (same
+    parameters, same run directory, so the run resumes from its checkpoint); the number done.
+    A run left behind on this host by its killed worker is stopped first."""
+    import optuna
+
+    done = 0
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        why = stale_reason(trial, time.time())
+        if why is None:
+            continue
+        host = str(trial.user_attrs.get(ATTR_OWNER, "")).rpartition(":")[0]
+        child = trial.user_attrs.get(ATTR_CHILD)
+        if child and host == HOST:
+            _stop_group(int(child))
+        if retry(study, trial):
+            done += 1
+            log(f"trial {trial.number} of {study.study_name}: {why}; failed, and enqueued again")
+    return done
+
+
+def _stop_group(pid: int) -> None:
+    """SIGINT, then SIGKILL after 15 s, to a process group left running (a killed worker's)."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+
+
+def retry(study, trial) -> bool:
+    """End the trial as failed and enqueue it again, unless another worker ended it first."""
+    import optuna
+
+    try:
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+    except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+        return False  # already ended (by a racing worker)
+    attrs = {ATTR_RETRY_OF: trial.number}
+    if trial.user_attrs.get(ATTR_RUN_DIR):
+        attrs[ATTR_RUN_DIR] = trial.user_attrs[ATTR_RUN_DIR]
+    study.enqueue_trial(trial.params, user_attrs=attrs)
+    return True
+
+
+def reached_target(study, config: dict) -> bool:
+    """metric.target reached by a completed trial (W&B then stops the sweep)."""
+    target = (config.get("metric") or {}).get("target")
+    if target is None:
+        return False
+    values = [t.value for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if not values:
+        return False
+    maximize = (config.get("metric") or {}).get("goal") == "maximize"
+    return max(values) >= target if maximize else min(values) <= target
+
+
+def next_trial(studies: Sequence, arms: Sequence[dict], cap: int, config: dict, searched):
+    """(study, arm, its new running trial) for the next run, or None when every study has its
+    cap (or reached the target). An enqueued retry goes first; then the arm furthest behind.
+    `searched(arm)`: that arm's distributions."""
+    candidates = []
+    for study, arm in zip(studies, arms, strict=True):
+        trials = study.get_trials(deepcopy=False)
+        waiting = any(t.state.name == "WAITING" for t in trials)
+        n = len(counted(trials))
+        if waiting or (n < cap and not reached_target(study, config)):
+            candidates.append((not waiting, n, study, arm))
+    for _, _, study, arm in sorted(candidates, key=lambda c: c[:2]):
+        trial = study.ask(searched(arm))
+        if trial.user_attrs.get(ATTR_RETRY_OF) is not None:
+            return study, arm, trial
+        earlier = [t for t in counted(study.get_trials(deepcopy=False)) if t.number < trial.number]
+        if len(earlier) < cap:
+            return study, arm, trial
+        trial.set_user_attr(ATTR_OVER_CAP, True)  # another worker took the last place
+        study.tell(trial, state=_state("FAIL"))
+    return None
+
+
+def _state(name: str):
+    import optuna
+
+    return optuna.trial.TrialState[name]
+
+
+def settle(study, trial, status: str, value: float | None, interrupted: bool) -> str:
+    """Tell the study how the trial's run ended; the Optuna state. Interrupted: failed and
+    enqueued again (the rerun resumes it); completed: its metric; pruned or diverged: pruned
+    (TPE ranks them below every completed trial); anything else failed."""
+    trial.set_user_attr(ATTR_STATUS, str(status))
+    if interrupted or status == Status.INTERRUPTED:
+        retry(study, study.get_trials(deepcopy=False)[_index(study, trial.number)])
+        return "FAIL"
+    if status == Status.COMPLETED and value is not None and math.isfinite(value):
+        study.tell(trial, value)
+        return "COMPLETE"
+    if status in (Status.PRUNED, Status.DIVERGED):
+        study.tell(trial, state=_state("PRUNED"))
+        return "PRUNED"
+    study.tell(trial, state=_state("FAIL"))
+    return "FAIL"
+
+
+def _index(study, number: int) -> int:
+    return next(i for i, t in enumerate(study.get_trials(deepcopy=False)) if t.number == number)

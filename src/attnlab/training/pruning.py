@@ -1,0 +1,81 @@
+"""Pruning inside a searched trial's run: each validation reports the sweep's metric to the trial's
+Optuna study, and the study's pruner may stop the run, which then ends with status "pruned".
+
+optuna-integration's PyTorchLightningPruningCallback is not used: it reports the epoch as the
+step (every validation of an epoch but the first would be ignored, and attnlab validates every N
+steps), and it raises TrialPruned inside a hook, which the run would record as failed. Here the
+step is the validation's index from 0, as W&B's hyperband counts a metric's logged values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+
+from attnlab.runs.optuna_link import TrialLink, open_trial
+
+
+class SweepPruning(L.Callback):
+    """Report `link.metric` after every validation (not the sanity check) and stop the run when
+    the pruner says so (until the pruner's last step, if it has one). Rank 0 asks; every rank
+    stops. The validation count is kept in checkpoints, so a resumed run goes on counting."""
+
+    def __init__(self, link: TrialLink) -> None:
+        self.link = link
+        self.validations = 0
+        self.pruned_at: int | None = None  # the validation (from 0) at which it was pruned
+        self._trial = None
+
+    @property
+    def pruned(self) -> bool:
+        return self.pruned_at is not None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        step = self.validations
+        self.validations += 1
+        prune = False
+        if trainer.is_global_zero:
+            prune = self._report(trainer.callback_metrics.get(self.link.metric), step)
+        if trainer.world_size > 1:
+            prune = trainer.strategy.broadcast(prune)
+        if prune:
+            self.pruned_at = step
+            trainer.should_stop = True
+
+    def _report(self, value, step: int) -> bool:
+        if value is None:
+            return False
+        value = float(value)
+        if not math.isfinite(value):
+            return False  # a diverged run ends as "diverged"; Optuna refuses NaN values
+        if self._trial is None:
+            self._trial = open_trial(self.link)
+        self._trial.report(value, step)
+        last = (self.link.pruner or {}).get("last_step")
+        return (last is None or step <= last) and self._trial.should_prune()
+
+    def state_dict(self) -> dict:
+        return {"validations": self.validations}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.validations = int(state_dict.get("validations", 0))
+
+    def results_record(self) -> dict:
+        """results.json's "search": the study, the trial and where it was pruned."""
+        record = {
+            "study": self.link.study,
+            "trial": self.link.trial,
+            "validations": self.validations,
+        }
+        if self.pruned:
+            record["pruned_at_validation"] = self.pruned_at
+        return {"search": record}
+
+
+def sweep_pruning() -> list[L.Callback]:
+    """[SweepPruning] when attnlab-sweep started this run as a searched trial, else []."""
+    link = TrialLink.from_environment()
+    return [SweepPruning(link)] if link is not None else []

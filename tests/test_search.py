@@ -1,0 +1,321 @@
+"""attnlab-sweep's searches (bayes / random with Optuna): the sweep file's distributions and
+Hyperband, bad keys, a study in a real SQLite or journal file shared by two worker processes,
+resumption after a killed worker, per-arm studies, and the pruned status of a real run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+optuna = pytest.importorskip("optuna", reason="the search needs the [optuna] extra")
+
+from attnlab.cli import sweep  # noqa: E402
+from attnlab.runs.optuna_link import TrialLink, open_storage  # noqa: E402
+from attnlab.sweeps import search_space  # noqa: E402
+from attnlab.sweeps.search import default_storage  # noqa: E402
+from attnlab.sweeps.spec import SweepError, load_sweep  # noqa: E402
+from attnlab.sweeps.study import ATTR_RETRY_OF, counted, open_studies  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE = REPO / "tests" / "fixtures" / "fake_search_trial.py"
+SWEEP = [sys.executable, "-m", "attnlab.cli.sweep"]
+
+
+def search_file(tmp_path: Path, knobs=(), **changes) -> Path:
+    """A bayes sweep file whose trials run tests/fixtures/fake_search_trial.py."""
+    config = {
+        "name": "fake_search",
+        "program": str(FAKE),
+        "method": "bayes",
+        "metric": {"name": "val/nll", "goal": "minimize"},
+        "run_cap": 4,
+        "parameters": {"lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1}},
+        "command": ["${env}", "${interpreter}", "${program}", "${args_no_hyphens}", *knobs],
+        **changes,
+    }
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def trials_of(storage: str, name: str = "fake_search") -> list:
+    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    return study.get_trials(deepcopy=False)
+
+
+# --- the sweep file -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"values": ["pre", "post"]},
+         optuna.distributions.CategoricalDistribution(["pre", "post"])),
+        ({"min": 1, "max": 8}, optuna.distributions.IntDistribution(1, 8)),
+        ({"distribution": "uniform", "min": 0.1, "max": 0.5},
+         optuna.distributions.FloatDistribution(0.1, 0.5)),
+        ({"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2},
+         optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)),
+        ({"distribution": "log_uniform", "min": -4, "max": 0},
+         optuna.distributions.FloatDistribution(math.exp(-4), 1.0, log=True)),
+        ({"distribution": "inv_log_uniform", "min": 1, "max": 3},
+         optuna.distributions.FloatDistribution(math.exp(-3), math.exp(-1), log=True)),
+        ({"distribution": "inv_log_uniform_values", "min": 0.01, "max": 0.1},
+         optuna.distributions.FloatDistribution(0.01, 0.1, log=True)),
+        ({"distribution": "q_uniform", "min": 0, "max": 300, "q": 50},
+         optuna.distributions.FloatDistribution(0, 300)),
+    ],
+)  # fmt: skip
+def test_each_wandb_form_becomes_the_optuna_distribution_of_the_same_law(spec, expected):
+    config = {"method": "bayes", "parameters": {"x": spec, "seed": {"value": 3}}}
+    searched, fixed = search_space.distributions(config)
+    assert searched == {"x": expected} and fixed == {"seed": 3}
+
+
+def test_q_forms_pass_values_rounded_as_wandb_rounds():
+    config = {"parameters": {"w": {"distribution": "q_uniform", "min": 0, "max": 300, "q": 50},
+                             "b": {"distribution": "q_log_uniform_values", "min": 1, "max": 64,
+                                   "q": 0.5}}}  # fmt: skip
+    values = search_space.run_values(config, {"w": 124.9, "b": 3.3}, {})
+    assert values == {"w": 100, "b": 3.5} and isinstance(values["w"], int)
+
+
+def test_log_uniform_values_draws_are_log_uniform():
+    """Seeded draws through Optuna: inside the bounds, half below the geometric mean."""
+    config = {"parameters": {"lr": {"distribution": "log_uniform_values", "min": 1e-4,
+                                    "max": 1e-2}}}  # fmt: skip
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    draws = [study.ask(search_space.distributions(config)[0]).params["lr"] for _ in range(400)]
+    assert min(draws) >= 1e-4 and max(draws) <= 1e-2
+    below = sum(d < 1e-3 for d in draws) / len(draws)
+    assert 0.43 < below < 0.57  # uniform in the values would put 9% below 1e-3
+
+
+def test_hyperband_bands_as_wandb_documents_them():
+    min_iter = search_space.pruning({"early_terminate": {"type": "hyperband", "min_iter": 3}})
+    assert min_iter.bands == (3, 9, 27, 81) and min_iter.last_step is None
+    assert (min_iter.min_resource, min_iter.reduction_factor) == (3, 3)
+    max_iter = search_space.pruning(
+        {"early_terminate": {"type": "hyperband", "max_iter": 27, "s": 2, "eta": 3}}
+    )
+    assert max_iter.bands == (3, 9) and max_iter.last_step == 9
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"early_terminate": {"type": "envelope"}}, "early_terminate.type must be 'hyperband'"),
+        ({"early_terminate": {"type": "hyperband", "min_iter": 3, "eta": 2.5}},
+         "early_terminate.eta=2.5"),
+        ({"early_terminate": {"type": "hyperband", "min_iter": 3, "mni_iter": 1}},
+         "early_terminate.mni_iter is not a hyperband key"),
+        ({"early_terminate": {"type": "hyperband", "max_iter": 27}}, "early_terminate.s=0"),
+        ({"early_terminate": {"type": "hyperband"}}, "needs min_iter, or max_iter and s"),
+        ({"metric": {"name": "val/nll", "goal": "lowest"}}, "metric.goal='lowest'"),
+        ({"metric": {"nmae": "val/nll"}}, "needs metric: {name"),
+        ({"run_cap": 0}, "run_cap=0"),
+        ({"runcap": 4}, "key 'runcap' is not a sweep key"),
+        ({"arms": ["lr"]}, "arms names 'lr'"),
+        ({"parameters": {"lr": {"distribution": "normal", "mu": 0, "sigma": 1}}},
+         "parameters.lr.distribution='normal' is unbounded"),
+        ({"parameters": {"lr": {"distribution": "log_uniform_values", "min": 0, "max": 1}}},
+         "parameters.lr: distribution 'log_uniform_values' needs min > 0"),
+        ({"parameters": {"lr": {"values": [1, 2], "probabilities": [0.5, 0.5]}}},
+         "parameters.lr.probabilities"),
+        ({"parameters": {"lr": {"values": [[1, 2], [3]]}}}, "parameters.lr.values: a search"),
+        ({"method": "bayesian"}, "method='bayesian'"),
+        ({"run_cap": None}, "needs run_cap in the file or --count"),
+    ],
+)  # fmt: skip
+def test_a_bad_search_key_is_one_line_exit_2_before_anything_runs(change, message, tmp_path,
+                                                                   capsys):  # fmt: skip
+    path = search_file(tmp_path, **change)
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
+
+
+def test_dry_run_creates_no_study_and_the_wandb_dry_run_is_the_file(tmp_path, capsys):
+    path = search_file(tmp_path, early_terminate={"type": "hyperband", "min_iter": 1})
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "bayes search by Optuna (TPE)" in printed and "validations 1, 3, 9" in printed
+    assert not out.exists()
+    assert sweep.main([str(path), "--wandb", "--dry-run"]) == 0
+    shown = capsys.readouterr().out.split("sweep config for W&B:\n", 1)[1].split("\nagent 0:")[0]
+    sent = yaml.safe_load(shown)
+    original = load_sweep(path)
+    assert sent["command"][: len(original["command"])] == original["command"]
+    assert {k: v for k, v in sent.items() if k != "command"} == {
+        k: v for k, v in original.items() if k != "command"
+    }
+
+
+# --- running a search -----------------------------------------------------------------------
+
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+
+def _run(args, timeout=240):
+    return subprocess.run(
+        [*SWEEP, *args], capture_output=True, text=True, timeout=timeout, env=ENV, cwd=REPO
+    )
+
+
+def _start(args, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([*SWEEP, *args], cwd=REPO, env=ENV, text=True, **kwargs)
+
+
+def _first_attempt(out: Path) -> Path:
+    """attempts.log of the first trial that started (waits for it)."""
+    deadline = time.monotonic() + 60
+    while not list(out.glob("*/attempts.log")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [attempts] = list(out.glob("*/attempts.log"))
+    return attempts
+
+
+def test_two_worker_processes_share_one_journal_study_and_run_each_trial_once(tmp_path):
+    path = search_file(tmp_path, knobs=["fake.sleep=0.5"], run_cap=6)
+    storage = f"journal:{tmp_path / 'study.log'}"
+    out = tmp_path / "out"
+    args = [str(path), "--out", str(out), "--storage", storage]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    procs = [_start(args, **pipes) for _ in range(2)]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    trials = counted(trials_of(storage))
+    assert len(trials) == 6 and all(t.state.name == "COMPLETE" for t in trials)
+    run_dirs = [out / t.user_attrs["attnlab:run_dir"] for t in trials]
+    assert len(set(run_dirs)) == 6
+    for run_dir in run_dirs:  # each run once, with its own trial's link
+        assert len((run_dir / "attempts.log").read_text().split()) == 1
+        link = json.loads((run_dir / "results.json").read_text())["link"]
+        assert link["ATTNLAB_OPTUNA_STORAGE"] == storage
+    owners = {t.user_attrs["attnlab:owner"] for t in trials}
+    assert len(owners) == 2, "both processes ran trials"
+    assert len({t.params["lr"] for t in trials}) == 6
+
+
+def test_killed_worker_rerun_continues_the_study_and_retries_its_trial(tmp_path):
+    hang = tmp_path / "hang"
+    hang.touch()
+    path = search_file(tmp_path, knobs=[f"fake.hang={hang}"], run_cap=3)
+    out = tmp_path / "out"
+    proc = _start([str(path), "--out", str(out)], stdout=subprocess.DEVNULL)
+    attempts = _first_attempt(out)
+    orphan = int(attempts.read_text().split()[0])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    storage = default_storage(out)
+    assert [t.state.name for t in trials_of(storage)] == ["RUNNING"]
+    hang.unlink()
+    done = _run([str(path), "--out", str(out)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "its worker (pid" in done.stdout and "resumes its run" in done.stdout
+    trials = trials_of(storage)
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE", "COMPLETE"]
+    assert trials[1].user_attrs[ATTR_RETRY_OF] == 0 and trials[1].params == trials[0].params
+    assert trials[1].user_attrs["attnlab:run_dir"] == attempts.parent.name
+    assert len(attempts.read_text().split()) == 2  # the same run directory, run again
+    with pytest.raises(ProcessLookupError):
+        os.kill(orphan, 0)  # the killed worker's run was stopped by the rerun
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"] == {"completed": 3}
+    assert "best trial" in done.stdout and (out / "search.md").exists()
+
+
+def test_ctrl_c_enqueues_the_running_trial_and_prints_the_resume_command(tmp_path):
+    hang = tmp_path / "hang"
+    hang.touch()
+    path = search_file(tmp_path, knobs=[f"fake.hang={hang}"], run_cap=2)
+    out = tmp_path / "out"
+    proc = _start([str(path), "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _first_attempt(out)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 4, output
+    assert "resume: attnlab-sweep" in output and f"--out {out}" in output
+    states = [t.state.name for t in trials_of(default_storage(out))]
+    assert states == ["FAIL", "WAITING"]
+    assert json.loads((out / "summary.json").read_text())["counts"] == {"interrupted": 1}
+
+
+def test_a_changed_search_space_is_refused_on_resume(tmp_path):
+    config = load_sweep(search_file(tmp_path))
+    config["name"] = "fake_search"
+    storage = default_storage(tmp_path)
+    open_studies(config, storage, ["fake_search"], seed=0)
+    config["parameters"]["lr"]["max"] = 1.0
+    with pytest.raises(SweepError, match="created from another search space"):
+        open_studies(config, storage, ["fake_search"], seed=0)
+
+
+def test_each_arm_is_a_study_with_its_own_cap_and_its_value_in_every_command(tmp_path):
+    params = {"norm": {"values": ["pre", "post"]},
+              "lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1}}  # fmt: skip
+    path = search_file(tmp_path, arms=["norm"], run_cap=2, parameters=params, method="random")
+    out = tmp_path / "out"
+    done = _run([str(path), "--out", str(out), "--parallel", "2"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    storage = default_storage(out)
+    for arm in ("pre", "post"):
+        trials = trials_of(storage, f"fake_search/norm_{arm}")
+        assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)
+        for t in trials:
+            results = json.loads(
+                (out / t.user_attrs["attnlab:run_dir"] / "results.json").read_text()
+            )
+            assert f"norm={arm}" in results["overrides"]
+            assert results["link"]["ATTNLAB_OPTUNA_STUDY"] == f"fake_search/norm_{arm}"
+
+
+# --- pruning inside a real run ----------------------------------------------------------------
+
+
+def test_a_real_run_below_the_rung_ends_pruned_with_its_checkpoint(compose, tiny_run, tmp_path,
+                                                                   monkeypatch):  # fmt: skip
+    """An earlier trial far better at every step: successive halving (min_resource 1) prunes
+    the run at its second validation; results.json says so, exit code 0, no test pass."""
+    from attnlab.pipeline.train import train
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
+    study = optuna.create_study(storage=storage, study_name="s", pruner=pruner)
+    better = study.ask()
+    for step in range(4):
+        better.report(0.0, step)
+        assert not better.should_prune()  # (should_prune records it at each rung)
+    study.tell(better, 0.0)
+    trial = study.ask()
+    link = TrialLink(storage, "s", trial.number, "val/nll",
+                     {"min_resource": 1, "reduction_factor": 3, "last_step": None})  # fmt: skip
+    for key, value in link.environment().items():
+        monkeypatch.setenv(key, value)
+    run_dir = tmp_path / "run"
+    ovs = [*tiny_run, "logger=none", f"paths.run_dir={run_dir}", "trainer.max_steps=8",
+           "trainer.val_check_interval=2"]  # fmt: skip
+    results = train(compose(ovs), ovs)
+    assert results["status"] == "pruned"
+    assert results["search"] == {"study": "s", "trial": 1, "validations": 2,
+                                 "pruned_at_validation": 1}  # fmt: skip
+    assert results["steps"] == 4 and "test/nll" not in results["metrics"]
+    reported = optuna.load_study(study_name="s", storage=storage).trials[1].intermediate_values
+    assert sorted(reported) == [0, 1]  # the validation index, the sanity check not counted
+    assert (run_dir / "checkpoints" / "last.ckpt").resolve().name.endswith("step=4.ckpt")
+    from attnlab.runs.status import exit_code
+
+    assert exit_code([results["status"]]) == 0
