@@ -4,6 +4,7 @@ not hours into a sweep."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from omegaconf import OmegaConf
 from attnlab.config.validate import validate_config
 from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import override_key
+from sweep_utils import is_search, sweep_trials
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP_FILES = sorted((REPO / "sweeps").glob("*.yaml"))
@@ -25,7 +27,7 @@ def _points(one_seed: bool = False) -> list[tuple[str, list[str]]]:
     compose alike, and composing each of the 457 took minutes of the suite's time."""
     points, seen = [], set()
     for path in SWEEP_FILES:
-        for trial in expand_sweep(path):
+        for trial in sweep_trials(path):
             overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
             arm = (path.stem, *(o for o in overrides if override_key(o) != "seed"))
             if one_seed and arm in seen:
@@ -82,8 +84,13 @@ def test_every_grid_point_composes_and_validates(tmp_path):
 
 @pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
 def test_sweep_file_has_a_grid_of_the_expected_size(path):
-    """Guards the test above against a sweep that silently expands to nothing."""
+    """Guards the test above against a sweep that silently expands to nothing (a search: one
+    preflight point per arm, as its searched keys are numbers)."""
     spec = yaml.safe_load(path.read_text())
+    if is_search(path):
+        arms = [len(spec["parameters"][k]["values"]) for k in spec.get("arms", [])]
+        assert len(sweep_trials(path)) == math.prod(arms)
+        return
     expected = 1
     for param in spec["parameters"].values():
         expected *= len(param.get("values", [param.get("value")]))
