@@ -133,6 +133,9 @@ def test_hyperband_bands_as_wandb_documents_them():
          "parameters.lr.probabilities"),
         ({"parameters": {"lr": {"values": [[1, 2], [3]]}}}, "parameters.lr.values: a search"),
         ({"method": "bayesian"}, "method='bayesian'"),
+        ({"parameters": {"lr": {"distribution": "log_uniform_values", "min": "1e-4", "max": 1}}},
+         "parameters.lr.min='1e-4' is not a number"),
+        ({"metric": {"name": "val/nll", "target": "low"}}, "metric.target='low' is not a number"),
         ({"run_cap": None}, "needs run_cap in the file or --count"),
     ],
 )  # fmt: skip
@@ -144,6 +147,41 @@ def test_a_bad_search_key_is_one_line_exit_2_before_anything_runs(change, messag
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--count", "0"], "--count 0 is not valid"),
+        (["--storage", "notaurl"], "--storage: cannot open the study there"),
+        (["--storage", "postgresql+nodriver://u@h/db"], "--storage: cannot open the study there"),
+    ],
+)
+def test_a_bad_count_or_storage_is_one_line_exit_2_and_nothing_written(args, message, tmp_path,
+                                                                        capsys):  # fmt: skip
+    out = tmp_path / "out"
+    assert sweep.main([str(search_file(tmp_path)), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_settle_tells_what_the_run_said_and_a_taken_trial_is_not_an_error():
+    from attnlab.sweeps.study import renew, settle
+
+    study = optuna.create_study()
+    completed_late = study.ask()  # completed just as Ctrl-C came: kept, not run again
+    assert settle(study, completed_late, "completed", 0.5, interrupted=True) == "COMPLETE"
+    no_metric = study.ask()  # a typo in metric.name: failed, and said
+    assert settle(study, no_metric, "completed", None, interrupted=False) == "NO_METRIC"
+    diverged = study.ask()
+    assert settle(study, diverged, "diverged", None, interrupted=False) == "PRUNED"
+    stopped = study.ask()
+    assert settle(study, stopped, "interrupted", None, interrupted=True) == "FAIL"
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "PRUNED", "FAIL", "WAITING"]
+    assert study.trials[4].user_attrs[ATTR_RETRY_OF] == 3
+    assert not renew(stopped)  # ended: its worker stops the run
+    assert settle(study, stopped, "completed", 0.1, interrupted=False) == "TAKEN"
 
 
 def test_dry_run_creates_no_study_and_the_wandb_dry_run_is_the_file(tmp_path, capsys):
@@ -319,3 +357,23 @@ def test_a_real_run_below_the_rung_ends_pruned_with_its_checkpoint(compose, tiny
     from attnlab.runs.status import exit_code
 
     assert exit_code([results["status"]]) == 0
+
+
+def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, capsys):
+    from attnlab.cli import compare
+
+    path = search_file(tmp_path, run_cap=3)
+    out = tmp_path / "out"
+    done = _run([str(path), "--out", str(out)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    moved = tmp_path / "moved"
+    out.rename(moved)  # the default SQLite file is found beside search.json, wherever it is
+    report = tmp_path / "report"
+    assert compare.main([str(moved), "--out", str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "fake_search: 3 trials (3 completed); best trial" in printed
+    text = (report / "search.md").read_text()
+    assert (
+        "Parameter importance (Optuna)" in text
+        and (report / "search_fake_search_history.png").exists()
+    )

@@ -16,7 +16,6 @@ prints the command that resumes it: the same one with `--out <its folder>`.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import signal
 import sys
@@ -197,6 +196,8 @@ def _run_search(args: argparse.Namespace, config: dict, groups: list[str], argv)
             f"{args.sweep}: method {config['method']!r} is searched by Optuna, which is not "
             "installed: pip install 'attnlab[optuna]' (or run it on W&B's server with --wandb)"
         ) from None
+    if args.count is not None and args.count < 1:
+        raise SweepError(f"--count {args.count} is not valid; expected a number of trials >= 1")
     cap = args.count or config.get("run_cap")
     if cap is None:
         raise SweepError(f"{args.sweep}: a search needs run_cap in the file or --count N")
@@ -217,6 +218,15 @@ def _run_search(args: argparse.Namespace, config: dict, groups: list[str], argv)
     return _search(search, slots, args, argv)
 
 
+def shown_storage(url: str) -> str:
+    """The storage URL as printed: a database password hidden."""
+    if "://" not in url or "@" not in url:
+        return url
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def _print_plan(search, args, workers: int) -> None:
     from attnlab.sweeps import search_space
 
@@ -225,7 +235,7 @@ def _print_plan(search, args, workers: int) -> None:
         f"sweep {search.name} ({args.sweep}): {search.config['method']} search by Optuna "
         f"({sampler}), {search.cap} trials per study, {workers} worker(s), out {search.out}"
     )
-    print(f"studies: {', '.join(search.study_names())} in {search.storage}")
+    print(f"studies: {', '.join(search.study_names())} in {shown_storage(search.storage)}")
     for key, dist in search_space.distributions(search.config, search.arms[0])[0].items():
         print(f"  {key}: {dist}")
     if search.pruning is not None:
@@ -238,27 +248,32 @@ def _print_plan(search, args, workers: int) -> None:
 
 
 def _search(search, slots, args, argv) -> int:
-    from attnlab.sweeps.search import run_search
+    from attnlab.sweeps.search import open_search, run_search
     from attnlab.sweeps.search_report import study_results, write_search_file, write_search_views
 
+    open_search(search)  # SweepError (exit 2) for a storage that cannot be opened: nothing ran
     write_spec(search.out, search.config)
     write_search_file(search)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    failure = None
     try:
         ran = run_search(search, slots)
+    except Exception as err:  # a worker's storage error: one line, then what the study holds
+        ran, failure = [], f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        print(f"attnlab-sweep: error: a worker stopped: {failure}", file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
     interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in ran)
     results = study_results(search)
     print()
     print(write_summary(results, search.out, search.name, args.sweep, search.metric, interrupted))
-    record = json.loads((search.out / "search.json").read_text())
-    for line in write_search_views(search.out, record):
+    for line in write_search_views([search.out]):
         print(line)
     print(f"search views: {search.out / 'search.md'}")
+    interrupted = interrupted or failure is not None
     if interrupted:
         print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], search.out)}")
-    return exit_code([r.status for r in ran])
+    return exit_code([r.status for r in ran] + ([Status.FAILED] if failure else []))
 
 
 def _list_trials(trials) -> None:

@@ -115,8 +115,27 @@ class Search:
         return trials
 
 
+DEFAULT_DB = "optuna.db"
+
+
 def default_storage(out: Path) -> str:
-    return f"sqlite:///{out.resolve() / 'optuna.db'}"
+    return f"sqlite:///{out.resolve() / DEFAULT_DB}"
+
+
+def open_search(search: Search) -> None:
+    """Create (or load) the search's studies before anything else is written; a storage that
+    cannot be opened (a bad URL, a database driver not installed, a server out of reach) or a
+    study of another search space is a SweepError."""
+    from attnlab.sweeps.spec import SweepError
+
+    search.out.mkdir(parents=True, exist_ok=True)
+    try:
+        studies_.open_studies(search.config, search.storage, search.study_names(), search.seed)
+    except SweepError:
+        raise
+    except Exception as err:  # SQLAlchemy's and Optuna's errors have no common base
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SweepError(f"--storage: cannot open the study there: {first}") from None
 
 
 def run_search(
@@ -176,7 +195,7 @@ def _worker(search, index, gpus, events, lock, results, errors, log) -> None:
 def _run_one(search: Search, study, arm: dict, trial, gpus, events, log) -> TrialResult:
     """Run one Optuna trial's process to its end (or until the stop event), renewing its lease;
     tell the study how it ended."""
-    stop_event, hurry = events
+    hurry = events[1]
     fixed = search_space.distributions(search.config, arm)[1]
     values = search_space.run_values(search.config, trial.params, fixed)
     label = trial.user_attrs.get(studies_.ATTR_RUN_DIR)
@@ -200,29 +219,45 @@ def _run_one(search: Search, study, arm: dict, trial, gpus, events, log) -> Tria
         result.status, result.error = "failed", f"could not start {spec.command[0]!r}: {err}"
         studies_.settle(study, trial, result.status, None, interrupted=False)
         return result
-    trial.set_user_attr(studies_.ATTR_CHILD, proc.pid)
     retried = " (resumes its run)" if label else ""
     log(f"started   {study.study_name} trial {trial.number}: {spec.run_dir.name}{retried}")
-    interrupted, renewed = False, time.monotonic()
-    while proc.poll() is None:
-        if stop_event.is_set():
+    interrupted = False
+    try:
+        studies_.renew(trial, child=proc.pid)
+        interrupted = _wait(proc, trial, events)
+    finally:  # whatever went wrong here, no run is left behind
+        if proc.poll() is None:
             _stop(proc, hurry)
             interrupted = True
-            break
-        if time.monotonic() - renewed > studies_.HEARTBEAT_S:
-            trial.set_user_attr(studies_.ATTR_LEASE, time.time() + studies_.LEASE_S)
-            renewed = time.monotonic()
-        time.sleep(POLL_S)
-    logfile.close()
+        logfile.close()
     result.wall_time_s = time.monotonic() - t0
     finish(result, proc.returncode, interrupted, search.metric)
     state = studies_.settle(study, trial, result.status, result.metric, interrupted)
     metric = "" if result.metric is None else f" {search.metric}={result.metric:.4g}"
+    note = studies_.STATE_NOTES.get(state, "")
     log(
         f"{result.status:<9} {study.study_name} trial {trial.number}: {spec.run_dir.name}{metric} "
-        f"({result.wall_time_s:.1f} s; Optuna: {state.lower()})"
+        f"({result.wall_time_s:.1f} s; Optuna: {state.lower()}{note})"
     )
     return result
+
+
+def _wait(proc, trial, events) -> bool:
+    """Wait for the run to end, renewing the trial's lease; True when stopped by the stop event
+    (Ctrl-C), or when another worker took the trial back (then this run must not go on)."""
+    stop_event, hurry = events
+    renewed = time.monotonic()
+    while proc.poll() is None:
+        if stop_event.is_set():
+            _stop(proc, hurry)
+            return True
+        if time.monotonic() - renewed > studies_.HEARTBEAT_S:
+            if not studies_.renew(trial):
+                _stop(proc, hurry)
+                return True
+            renewed = time.monotonic()
+        time.sleep(POLL_S)
+    return False
 
 
 def _stop(proc, hurry: threading.Event) -> None:

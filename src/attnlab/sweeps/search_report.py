@@ -12,7 +12,23 @@ from pathlib import Path
 
 from attnlab.sweeps import study as studies_
 from attnlab.sweeps.runner import TrialResult, _metric, read_results
-from attnlab.sweeps.search import Search
+from attnlab.sweeps.search import DEFAULT_DB, Search, default_storage
+
+# The status of a trial whose run did not say one (attnlab's names for Optuna's states).
+STATE_STATUS = {
+    "RUNNING": "running",
+    "WAITING": "not_started",
+    "COMPLETE": "completed",
+    "PRUNED": "pruned",
+    "FAIL": "failed",
+}
+
+
+def status_of(trial) -> str:
+    return trial.user_attrs.get(studies_.ATTR_STATUS) or STATE_STATUS.get(
+        trial.state.name, "unknown"
+    )
+
 
 SEARCH_FILE = "search.json"
 
@@ -20,8 +36,9 @@ SEARCH_FILE = "search.json"
 def write_search_file(search: Search) -> None:
     """<out>/search.json: where the studies are (for attnlab-compare and a later rerun)."""
     search.out.mkdir(parents=True, exist_ok=True)
+    default = search.storage == default_storage(search.out)
     record = {
-        "storage": search.storage,
+        "storage": DEFAULT_DB if default else search.storage,  # the default: beside this file
         "studies": search.study_names(),
         "metric": search.metric,
         "goal": search.config["metric"].get("goal", "minimize"),
@@ -59,9 +76,7 @@ def study_results(search: Search) -> list[TrialResult]:
             spec = search.trial(arm, values, t.number, t.user_attrs.get(studies_.ATTR_RUN_DIR))
             result = TrialResult(spec)
             results = read_results(spec.run_dir)
-            result.status = status or (
-                "running" if t.state.name == "RUNNING" else t.state.name.lower()
-            )
+            result.status = status or status_of(t)
             result.metric = _metric(results, search.metric)
             result.wall_time_s = (results or {}).get("wall_time_s")
             result.error = (results or {}).get("error")
@@ -78,11 +93,15 @@ def _best(study):
 
 
 def _importances(study) -> str:
+    import warnings
+
     import optuna
 
     try:
-        found = optuna.importance.get_param_importances(study)
-    except (RuntimeError, ValueError, ImportError) as err:  # too few trials, one parameter
+        with warnings.catch_warnings():  # "too few trials": said in the result instead
+            warnings.simplefilter("ignore")
+            found = optuna.importance.get_param_importances(study)
+    except Exception as err:  # too few trials, one parameter, a missing optional package
         return f"not computed: {str(err).splitlines()[0]}"
     return ", ".join(f"{k} {v:.2f}" for k, v in found.items()) or "not computed: no parameter"
 
@@ -115,44 +134,63 @@ def _plots(study, out: Path, slug: str) -> list[str]:
     return written
 
 
-def write_search_views(folder: Path, record: dict, out: Path | None = None) -> list[str]:
-    """search.md (and plots) for the studies of a search.json `record`, into `out` (default:
-    the sweep's folder); the console lines: each study's counts and best trial."""
-    out = out or folder
+def write_search_views(folders, out: Path | None = None) -> list[str]:
+    """search.md (and plots) for the searches of `folders` (each with a search.json), into
+    `out` (default: the first folder); the console lines: each study's counts and best trial,
+    or why a folder's search could not be read."""
+    out = out or Path(folders[0])
     out.mkdir(parents=True, exist_ok=True)
-    md, console = ["# Search: " + ", ".join(record["studies"]), ""], []
-    for study in _load(record["storage"], record["studies"]):
-        trials = studies_.counted(study.get_trials(deepcopy=False))
-        states = {}
-        for t in trials:
-            states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-        best = _best(study)
-        slug = study.study_name.replace("/", "__")
-        md += [f"## {study.study_name}", "", f"Trials: {len(trials)} ({counts}).", ""]
-        if best is None:
-            md += ["No trial completed.", ""]
-            console.append(f"{study.study_name}: {len(trials)} trials ({counts}); none completed")
+    md, console = ["# Search", ""], []
+    for i, folder in enumerate(map(Path, folders)):
+        prefix = f"{i + 1}_" if len(folders) > 1 else ""
+        try:
+            record = json.loads((folder / SEARCH_FILE).read_text())
+            storage = record["storage"]
+            if storage == DEFAULT_DB:  # the default SQLite file, wherever the folder now is
+                storage = default_storage(folder)
+            studies = _load(storage, record["studies"])
+        except Exception as err:  # a moved database, no Optuna, a server out of reach
+            console.append(f"could not read the search of {folder}: {str(err).splitlines()[0]}")
             continue
-        values = best.user_attrs.get(studies_.ATTR_VALUES, best.params)
-        shown = " ".join(f"{k}={v}" for k, v in values.items())
-        line = (
-            f"{study.study_name}: {len(trials)} trials ({counts}); best trial {best.number} "
-            f"{record['metric']}={best.value:.4g}: {shown}"
-        )
-        console.append(line)
-        md += [
-            f"Best: trial {best.number}, {record['metric']} = {_fmt(best.value)}, run "
-            f"`{best.user_attrs.get(studies_.ATTR_RUN_DIR)}`.",
-            "",
-            "Its config: `" + shown + "`",
-            "",
-            f"Parameter importance (Optuna): {_importances(study)}.",
-            "",
-        ]
-        md += [f"![{p}]({p})" for p in _plots(study, out, slug)] + [""]
+        md += [f"Folder `{folder}`, storage `{record['storage']}`.", ""]
+        for study in studies:
+            lines, section = _study_view(study, record["metric"], out, prefix)
+            console.append(lines)
+            md += section
     (out / "search.md").write_text("\n".join(md))
     return console
+
+
+def _study_view(study, metric: str, out: Path, prefix: str) -> tuple[str, list[str]]:
+    """One study's console line and search.md section."""
+    trials = studies_.counted(study.get_trials(deepcopy=False))
+    statuses = [status_of(t) for t in trials]
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+    best = _best(study)
+    md = [f"## {study.study_name}", "", f"Trials: {len(trials)} ({counts}).", ""]
+    if best is None:
+        return f"{study.study_name}: {len(trials)} trials ({counts}); none completed", md + [
+            "No trial completed.",
+            "",
+        ]
+    values = best.user_attrs.get(studies_.ATTR_VALUES, best.params)
+    shown = " ".join(f"{k}={v}" for k, v in values.items())
+    line = (
+        f"{study.study_name}: {len(trials)} trials ({counts}); best trial {best.number} "
+        f"{metric}={best.value:.4g}: {shown}"
+    )
+    md += [
+        f"Best: trial {best.number}, {metric} = {_fmt(best.value)}, run "
+        f"`{best.user_attrs.get(studies_.ATTR_RUN_DIR)}`.",
+        "",
+        "Its config: `" + shown + "`",
+        "",
+        f"Parameter importance (Optuna): {_importances(study)}.",
+        "",
+    ]
+    slug = prefix + study.study_name.replace("/", "__")
+    md += [f"![{p}]({p})" for p in _plots(study, out, slug)] + [""]
+    return line, md
 
 
 def _fmt(value: float) -> str:
@@ -160,13 +198,12 @@ def _fmt(value: float) -> str:
 
 
 def search_views(paths, out: Path) -> list[Path]:
-    """attnlab-compare's part: for each PATH that is a searched sweep's folder (its
-    search.json), its views printed and written into `out` as search.md (and plots)."""
-    found = [Path(p) / SEARCH_FILE for p in paths if (Path(p) / SEARCH_FILE).is_file()]
+    """attnlab-compare's part: the searches among `paths` (folders with a search.json), their
+    views printed and written into `out` as search.md (and plots)."""
+    found = [Path(p) for p in paths if (Path(p) / SEARCH_FILE).is_file()]
     if not found:
         return []
     print()
-    for path in found:
-        for line in write_search_views(path.parent, json.loads(path.read_text()), out):
-            print(line)
+    for line in write_search_views(found, out):
+        print(line)
     return [out / "search.md"]

@@ -95,6 +95,9 @@ def check_search(config: Mapping, source: str) -> None:
                 f"{source}: metric.{key} is not a metric key; expected one of: "
                 f"{', '.join(METRIC_KEYS)}"
             )
+    target = metric.get("target")
+    if target is not None and (not isinstance(target, (int, float)) or isinstance(target, bool)):
+        raise SweepError(f"{source}: metric.target={target!r} is not a number")
     if metric.get("goal", "minimize") not in GOALS:
         raise SweepError(f"{source}: metric.goal={metric['goal']!r}; expected minimize or maximize")
     cap = config.get("run_cap")
@@ -200,7 +203,8 @@ def distributions(config: Mapping, arm: Mapping = ()) -> tuple[dict, dict]:
         elif form == "categorical" and "probabilities" in spec:
             raise SweepError(
                 f"parameters.{key}.probabilities: a search draws values without weights "
-                "(Optuna's categorical); list a value twice to weight it, or use method: random"
+                "(Optuna's categorical); list a value twice to weight it, or use method: random "
+                "without run_cap, early_terminate or --storage (its draws are made up front)"
             )
         elif form == "categorical":
             if not all(_plain(v) for v in spec["values"]):

@@ -67,10 +67,11 @@ class Trial:
     command: list[str]
     name: str
     run_dir: Path | None = None
+    folder: str | None = None  # the run directory's name, when not <NNN>-<name> (a search's)
 
     @property
     def label(self) -> str:
-        return f"{self.index:03d}-{self.name}"
+        return self.folder or f"{self.index:03d}-{self.name}"
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
@@ -154,6 +155,12 @@ def _check_parameter(source: str, key: str, spec: Any, method: str) -> None:
         )
     if "min" not in spec or "max" not in spec:
         raise SweepError(f"{where}: distribution {distribution!r} needs 'min' and 'max'")
+    for key in ("min", "max", "q"):
+        value = spec.get(key, 1)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise SweepError(  # YAML reads 1e-4 (no dot) as a string; 1.0e-4 is a number
+                f"{where}.{key}={value!r} is not a number (write 1.0e-4, not 1e-4, in YAML)"
+            )
     if not spec["min"] <= spec["max"]:
         raise SweepError(f"{where}: min={spec['min']} is larger than max={spec['max']}")
     if distribution.startswith("q_") and not spec.get("q", 1) > 0:
@@ -366,11 +373,12 @@ def make_trial(
 ) -> Trial:
     """One trial of a (loaded) sweep: its argv as `wandb agent` builds it from `params`, with
     `group=<sweep>` unless set, the extra overrides and, with `out_dir`, its run directory
-    `<out_dir>/<label>` (default label `<NNN>-<name>`)."""
+    `<out_dir>/<label>` (default label `<NNN>-<name>`), the name the sweep's summary gives it."""
     trial = Trial(index=index, params=dict(params), overrides=[], command=[], name="")
     trial.name = trial_name(params, keys)
+    trial.folder = label
     if out_dir is not None:
-        trial.run_dir = Path(out_dir) / (label or trial.label)
+        trial.run_dir = Path(out_dir) / trial.label
     args_json_file = str(trial.run_dir / "args.json") if trial.run_dir else "args.json"
     command = list(config.get("command", DEFAULT_COMMAND))
     argv = expand_command(command, command_vars(params, config.get("program"), args_json_file))

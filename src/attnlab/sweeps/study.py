@@ -158,6 +158,9 @@ def retry(study, trial) -> bool:
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
     except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
         return False  # already ended (by a racing worker)
+    trials = study.get_trials(deepcopy=False)
+    if any(t.user_attrs.get(ATTR_RETRY_OF) == trial.number for t in trials):
+        return False  # a racing worker enqueued it (SQLite does not lock the row it read)
     attrs = {ATTR_RETRY_OF: trial.number}
     if trial.user_attrs.get(ATTR_RUN_DIR):
         attrs[ATTR_RUN_DIR] = trial.user_attrs[ATTR_RUN_DIR]
@@ -206,23 +209,47 @@ def _state(name: str):
     return optuna.trial.TrialState[name]
 
 
+def renew(trial, child: int | None = None) -> bool:
+    """Renew the worker's lease on its trial (and record its run's pid); False when the trial
+    has ended meanwhile (another worker took it back: its run must stop)."""
+    import optuna
+
+    try:
+        if child is not None:
+            trial.set_user_attr(ATTR_CHILD, child)
+        trial.set_user_attr(ATTR_LEASE, time.time() + LEASE_S)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return True
+
+
+# What the worker's log line adds to the Optuna state it told.
+STATE_NOTES = {
+    "TAKEN": ": another worker had taken it back",
+    "NO_METRIC": ": its results.json has no value of the sweep's metric (check metric.name)",
+}
+
+
 def settle(study, trial, status: str, value: float | None, interrupted: bool) -> str:
-    """Tell the study how the trial's run ended; the Optuna state. Interrupted: failed and
-    enqueued again (the rerun resumes it); completed: its metric; pruned or diverged: pruned
-    (TPE ranks them below every completed trial); anything else failed."""
-    trial.set_user_attr(ATTR_STATUS, str(status))
-    if interrupted or status == Status.INTERRUPTED:
-        retry(study, study.get_trials(deepcopy=False)[_index(study, trial.number)])
-        return "FAIL"
-    if status == Status.COMPLETED and value is not None and math.isfinite(value):
-        study.tell(trial, value)
-        return "COMPLETE"
-    if status in (Status.PRUNED, Status.DIVERGED):
-        study.tell(trial, state=_state("PRUNED"))
-        return "PRUNED"
-    study.tell(trial, state=_state("FAIL"))
-    return "FAIL"
+    """Tell the study how the trial's run ended; the Optuna state (or TAKEN, NO_METRIC).
+    Interrupted before its end: failed and enqueued again (the rerun resumes it); completed:
+    its metric (none: failed, NO_METRIC); pruned or diverged: pruned (TPE ranks them below every
+    completed trial); anything else failed. TAKEN: another worker ended it first."""
+    import optuna
 
-
-def _index(study, number: int) -> int:
-    return next(i for i, t in enumerate(study.get_trials(deepcopy=False)) if t.number == number)
+    final = status in (Status.COMPLETED, Status.PRUNED, Status.DIVERGED, Status.FAILED)
+    try:
+        trial.set_user_attr(ATTR_STATUS, str(status))
+        if status == Status.INTERRUPTED or (interrupted and not final):
+            frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+            return "FAIL" if retry(study, frozen) else "TAKEN"
+        if status == Status.COMPLETED and value is not None and math.isfinite(value):
+            study.tell(trial, value)
+            return "COMPLETE"
+        if status in (Status.PRUNED, Status.DIVERGED):
+            study.tell(trial, state=_state("PRUNED"))
+            return "PRUNED"
+        study.tell(trial, state=_state("FAIL"))
+        return "NO_METRIC" if status == Status.COMPLETED else "FAIL"
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return "TAKEN"

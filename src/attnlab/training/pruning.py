@@ -10,10 +10,13 @@ step is the validation's index from 0, as W&B's hyperband counts a metric's logg
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import lightning as L
 
 from attnlab.runs.optuna_link import TrialLink, open_trial
+from attnlab.runs.status import EXIT_CODES, Status
 
 
 class SweepPruning(L.Callback):
@@ -51,9 +54,22 @@ class SweepPruning(L.Callback):
         value = float(value)
         if not math.isfinite(value):
             return False  # a diverged run ends as "diverged"; Optuna refuses NaN values
+        from optuna.exceptions import UpdateFinishedTrialError
+
         if self._trial is None:
             self._trial = open_trial(self.link)
-        self._trial.report(value, step)
+        try:
+            self._trial.report(value, step)
+        except UpdateFinishedTrialError:
+            # The sweep took this trial back (its worker was gone) and enqueued it again: a new
+            # run of it may already use this run directory. Leave at once, writing nothing.
+            print(
+                f"{self.link.study} trial {self.link.trial} was taken back by the sweep; "
+                "this run stops without writing",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(EXIT_CODES[Status.INTERRUPTED])
         last = (self.link.pruner or {}).get("last_step")
         return (last is None or step <= last) and self._trial.should_prune()
 
