@@ -77,110 +77,10 @@ from attnlab.analysis.runs import (
     trials_without_results,
 )
 from attnlab.analysis.tables import markdown_table, text_table
+from attnlab.cli.compare_args import build_parser
 from attnlab.sweeps.search_report import search_views
 
 PROG = programs.COMPARE
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description="Compare runs (every results.json below each PATH), seeds aggregated.",
-    )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="run, sweep or multirun directories")
-    p.add_argument(
-        "--metric",
-        help="headline metric (default: the sweep file's metric, else val/nll_best, val/nll, "
-        "val/loss_best, val/loss, then test metrics)",
-    )
-    p.add_argument("--curve-metric", default="val/nll", help="metric of the curve plot")
-    p.add_argument(
-        "--group-by", action="append", metavar="KEY", help="group by this config key (repeatable)"
-    )
-    p.add_argument(
-        "--ignore",
-        action="append",
-        default=[],
-        metavar="PATTERN",
-        help="also ignore config keys matching this glob (repeatable), e.g. 'data.*'",
-    )
-    p.add_argument(
-        "--columns",
-        action="append",
-        metavar="PATTERN",
-        help="only the test/* and eval/* metrics matching this glob (repeatable), "
-        "e.g. 'eval/*/bleu'",
-    )
-    _add_statistics_arguments(p)
-    p.add_argument(
-        "--markdown",
-        action="store_true",
-        help="print the statistics and per-length tables as markdown, each under a "
-        "'<!-- table: KEY -->' line (what docs/REPRODUCTION.md embeds); writes nothing",
-    )
-    _add_lr_arguments(p)
-    p.add_argument(
-        "--all",
-        action="store_true",
-        help="print every metric's table on the console (by default the headline's only; the "
-        "files always hold all)",
-    )
-    p.add_argument(
-        "--out",
-        help="output directory (default: the sweep's folder: the PATHs' common folder, above "
-        "any trial's)",
-    )
-    return p
-
-
-def _add_statistics_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of the statistics (attnlab.analysis.stats) and the planner."""
-    p.add_argument(
-        "--baseline",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the group the others are tested against (repeatable for several keys), e.g. "
-        "model.n_heads=8 or n_heads=8 (default: the sweep file's `baseline:`, else the first "
-        "value of each swept parameter, else the first group)",
-    )
-    p.add_argument(
-        "--paired",
-        action="store_true",
-        help="paired t-test over seeds (arms that share seeds and data order) instead of Welch's",
-    )
-    p.add_argument(
-        "--plan",
-        type=float,
-        metavar="DELTA",
-        help="print the seeds per arm needed to detect a difference DELTA in --metric with 80%% "
-        "power from these runs' spread, and its compute; writes nothing",
-    )
-
-
-def _add_lr_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of a learning-rate sweep (attnlab.analysis.lr_sweep)."""
-    p.add_argument(
-        "--x",
-        "--lr-key",
-        dest="x",
-        metavar="KEY",
-        help="a numeric swept key to read as a learning-rate sweep's axis (default: "
-        "scheduler.peak_lr when it is swept): per arm the metric against KEY, the best value, "
-        "the LR sensitivity, and the arms compared at their own best",
-    )
-    p.add_argument(
-        "--cap",
-        type=float,
-        help="learning-rate sweep: the value a run that diverged or failed counts as, and beyond "
-        "which a value is capped (default for an nll: each run's loss at initialization)",
-    )
-    p.add_argument(
-        "--select-seeds",
-        metavar="SEEDS",
-        help="learning-rate sweep: choose each arm's best rate on these seeds (e.g. 1,2,3) and "
-        "compare the arms there on the other seeds",
-    )
 
 
 class CompareError(Exception):
@@ -205,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             for key, table in markdown_tables(c).items():
                 print(f"<!-- table: {key} -->\n{table}\n")
             return 0
+        view = _wandb_view(args, c) if args.wandb_view else None  # checked before any file
         out = _out_dir(args)
     except CompareError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
@@ -238,6 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     written = write_report(out, table, c, args)
     written += search_views(args.paths, out)  # a searched sweep's best trial, importance...
     print("wrote " + ", ".join(str(p) for p in written))
+    return 0 if view is None else _save_view(view)
+
+
+def _wandb_view(args: argparse.Namespace, c: Comparison):
+    """The sweep's W&B workspace, built (not saved); CompareError when it cannot be made."""
+    from attnlab.sweeps.wandb_view import prepare_view
+
+    try:
+        return prepare_view(args.paths, c.runs, args.entity, args.project)
+    except ValueError as err:
+        raise CompareError(str(err)) from None
+
+
+def _save_view(view) -> int:
+    from attnlab.sweeps.wandb_view import save_view
+
+    try:
+        print(f"W&B workspace: {save_view(view)}")
+    except Exception as err:  # the server's answer: one line, exit 2
+        print(f"{PROG}: error: --wandb-view: W&B did not save the view: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,0 +1,194 @@
+"""A sweep's comparison as a saved W&B workspace, built as code with wandb-workspaces.
+
+`describe(sweep file)` reads what the view needs from the sweep (its W&B group and project, the
+swept keys that name its arms, its metric and goal, a swept learning rate, the `diag/` metrics its
+runs logged); `build_view(description)` turns that into wandb-workspaces objects, with no server:
+
+- the runs filtered to the sweep's group and grouped by its arms' keys (seeds pooled), the run
+  table with the swept keys and the metric as pinned columns;
+- the metric against the training step, mean and standard-deviation band over each arm's seeds;
+- a bar chart of the final metric per arm, mean with standard-deviation error bars;
+- for a learning-rate sweep, the final metric against the rate on a log axis, one colour per arm;
+- the `diag/` instability panels (gradient norm, largest attention logit, log Z), where logged.
+
+attnlab logs its config with flat dotted keys (`model.n_heads`), which W&B stores as
+`{"model.n_heads": {"value": ...}}`: the backend path is `model.n_heads.value`, written out in
+full (wandb-workspaces would otherwise read the key as nested and put `.value` after `model`).
+`save_view` is the only function that talks to W&B.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from attnlab.analysis.lr_sweep import DEFAULT_LR_KEY
+from attnlab.runs.overrides import override_key
+from attnlab.sweeps.spec import swept_keys
+
+STEP = "trainer/global_step"  # Lightning's WandbLogger logs every metric against it
+DIAG_ORDER = ("diag/grad_norm", "diag/attn_logit_max", "diag/log_z")
+
+
+@dataclass(frozen=True)
+class SweepDescription:
+    """What a sweep's W&B view is built from."""
+
+    name: str
+    group: str  # the W&B group its runs were logged in
+    project: str | None
+    entity: str | None
+    arm_keys: tuple[str, ...]  # the swept keys but the seed (and the learning rate)
+    metric: str
+    goal: str  # minimize or maximize
+    lr_key: str | None = None  # the swept learning rate, for an LR sweep
+    diag: tuple[str, ...] = ()  # the diag/ metrics the runs logged
+
+
+def describe(config: Mapping, diag: Sequence[str] = ()) -> SweepDescription:
+    """The description of a loaded sweep file (its `name` set); `diag`: the `diag/` metrics its
+    runs logged (attnlab-compare reads them from the runs' results)."""
+    command = [str(t) for t in config.get("command", [])]
+    groups = [t.split("=", 1)[1] for t in command if override_key(t) == "group"]
+    swept = [k for k in swept_keys(config) if k != "seed"]
+    lr_key = DEFAULT_LR_KEY if DEFAULT_LR_KEY in swept else None
+    metric = config.get("metric") or {}
+    return SweepDescription(
+        name=str(config["name"]),
+        group=groups[-1] if groups else str(config["name"]),
+        project=config.get("project"),
+        entity=config.get("entity"),
+        arm_keys=tuple(k for k in swept if k != lr_key),
+        metric=metric.get("name", "val/nll"),
+        goal=metric.get("goal", "minimize"),
+        lr_key=lr_key,
+        diag=tuple(sorted(set(diag), key=lambda m: (m not in DIAG_ORDER, m))),
+    )
+
+
+def config_path(key: str) -> str:
+    """The W&B backend path of an attnlab config key (flat dotted: the value at the end)."""
+    return f"{key}.value"
+
+
+def build_view(desc: SweepDescription, entity: str, project: str):
+    """The sweep's workspace (a wandb_workspaces Workspace), built without a server."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    keys = [*desc.arm_keys, *([desc.lr_key] if desc.lr_key else [])]
+    better = "lower" if desc.goal == "minimize" else "higher"
+    band = {"groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"}
+    sections = [
+        ws.Section(
+            name=f"{desc.metric} per arm (mean and std over seeds; {better} is better)",
+            is_open=True,
+            panels=[
+                wr.LinePlot(
+                    title=f"{desc.metric} against the step", x=STEP, y=[desc.metric], **band
+                ),
+                wr.BarPlot(
+                    title=f"final {desc.metric} per arm",
+                    metrics=[desc.metric],
+                    orientation="v",
+                    **band,
+                ),
+            ],
+        )
+    ]
+    if desc.lr_key:
+        sections.append(
+            ws.Section(
+                name=f"{desc.metric} against {desc.lr_key}",
+                is_open=True,
+                panels=[_lr_panel(wr, desc)],
+            )
+        )
+    if desc.diag:
+        panels = [wr.LinePlot(title=m, x=STEP, y=[m], **band) for m in desc.diag]
+        sections.append(ws.Section(name="diag/: instability", is_open=True, panels=panels))
+    runset = ws.RunsetSettings(
+        filters=ws.And(ws.Metric("Group") == desc.group),
+        groupby=[ws.Config(config_path(k)) for k in keys],
+        pinned_columns=[
+            *(f"config:{config_path(k)}" for k in keys),
+            "config:seed.value",
+            f"summary:{desc.metric}",
+            "run:state",
+        ],
+        order=[ws.Ordering(ws.Summary(desc.metric), ascending=desc.goal == "minimize")],
+    )
+    return ws.Workspace(
+        entity=entity,
+        project=project,
+        name=f"attnlab sweep {desc.name}",
+        sections=sections,
+        settings=ws.WorkspaceSettings(x_axis=STEP),
+        runset_settings=runset,
+    )
+
+
+def _lr_panel(wr, desc: SweepDescription):
+    """The final metric against the learning rate, log x; each arm its own colour (grouped
+    by the runset's keys)."""
+    return wr.ScatterPlot(
+        title=f"final {desc.metric} against {desc.lr_key} (log axis), per arm",
+        x=wr.Config(config_path(desc.lr_key)),
+        y=wr.SummaryMetric(desc.metric),
+        log_x=True,
+    )
+
+
+def save_view(workspace) -> str:
+    """Save the workspace to W&B (a new view); its URL."""
+    workspace.save_as_new_view()
+    return workspace.url
+
+
+def offline_problem() -> str | None:
+    """Why no view can be saved from here (None: W&B is on and an API key is set). Reads the
+    key where wandb does (WANDB_API_KEY, settings, .netrc) without asking or going online."""
+    mode = os.environ.get("WANDB_MODE", "").lower()
+    if mode in ("offline", "dryrun", "disabled"):
+        return f"WANDB_MODE={mode}"
+    import wandb
+
+    if not wandb.login(prompt=False, verify=False):
+        return "no W&B API key (WANDB_API_KEY, or `wandb login`)"
+    return None
+
+
+def prepare_view(paths, runs, entity: str | None = None, project: str | None = None):
+    """The workspace of the sweep in `paths` (its sweep.yaml) and its runs, ready to save;
+    ValueError with one line when it cannot be made from here (then nothing is made)."""
+    from attnlab.analysis.sweep_file import find_spec
+
+    spec = find_spec(paths)
+    if spec is None:
+        raise ValueError(
+            "--wandb-view needs a sweep's folder (its sweep.yaml, which "
+            "attnlab-sweep writes); none was found in the PATHs"
+        )
+    problem = offline_problem()
+    if problem is not None:
+        raise ValueError(
+            f"--wandb-view: {problem}; no view was made: run the same command "
+            "again where W&B is online and logged in (`wandb login`)"
+        )
+    try:
+        import wandb_workspaces  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "--wandb-view needs wandb-workspaces: pip install 'attnlab[wandb-view]'"
+        ) from None
+    logged = {m for r in runs for m in r.metrics if m in DIAG_ORDER}
+    desc = describe({"name": "sweep", **spec}, diag=sorted(logged))
+    project = project or desc.project
+    if not project:
+        raise ValueError("--wandb-view: the sweep file has no `project`; give --project")
+    if not (entity or desc.entity):
+        import wandb
+
+        entity = wandb.Api().default_entity
+    return build_view(desc, entity or desc.entity, project)
