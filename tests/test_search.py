@@ -324,29 +324,50 @@ def test_each_arm_is_a_study_with_its_own_cap_and_its_value_in_every_command(tmp
 # --- pruning inside a real run ----------------------------------------------------------------
 
 
+def _better_study(storage: str, min_resource: int):
+    """A study with a trial far better than any run at every step (0.0), recorded at each rung."""
+    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=3)
+    study = optuna.create_study(storage=storage, study_name="s", pruner=pruner)
+    better = study.ask()
+    for step in range(6):
+        better.report(0.0, step)
+        assert not better.should_prune()  # (should_prune records it at each rung)
+    study.tell(better, 0.0)
+    return study
+
+
+def _linked_run(compose, tiny_run, tmp_path, monkeypatch, storage, min_resource) -> dict:
+    """A real 8-step run validating every 2 steps, reporting to trial 1 of study `s`."""
+    from attnlab.pipeline.train import train
+
+    trial = optuna.load_study(study_name="s", storage=storage).ask()
+    pruner = {"min_resource": min_resource, "reduction_factor": 3, "last_step": None}
+    for key, value in (
+        TrialLink(storage, "s", trial.number, "val/nll", pruner).environment().items()
+    ):
+        monkeypatch.setenv(key, value)
+    ovs = [*tiny_run, "logger=none", f"paths.run_dir={tmp_path / 'run'}", "trainer.max_steps=8",
+           "trainer.val_check_interval=2"]  # fmt: skip
+    return train(compose(ovs), ovs)
+
+
+def test_a_run_pruned_only_before_its_last_validation(compose, tiny_run, tmp_path, monkeypatch):
+    """A rung at the run's last validation (the 4th: index 3) does not prune it: it completes."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    _better_study(storage, min_resource=3)
+    results = _linked_run(compose, tiny_run, tmp_path, monkeypatch, storage, min_resource=3)
+    assert results["status"] == "completed" and "pruned_at_validation" not in results["search"]
+    assert "test/nll" in results["metrics"]
+
+
 def test_a_real_run_below_the_rung_ends_pruned_with_its_checkpoint(compose, tiny_run, tmp_path,
                                                                    monkeypatch):  # fmt: skip
     """An earlier trial far better at every step: successive halving (min_resource 1) prunes
     the run at its second validation; results.json says so, exit code 0, no test pass."""
-    from attnlab.pipeline.train import train
-
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
-    study = optuna.create_study(storage=storage, study_name="s", pruner=pruner)
-    better = study.ask()
-    for step in range(4):
-        better.report(0.0, step)
-        assert not better.should_prune()  # (should_prune records it at each rung)
-    study.tell(better, 0.0)
-    trial = study.ask()
-    link = TrialLink(storage, "s", trial.number, "val/nll",
-                     {"min_resource": 1, "reduction_factor": 3, "last_step": None})  # fmt: skip
-    for key, value in link.environment().items():
-        monkeypatch.setenv(key, value)
+    _better_study(storage, min_resource=1)
+    results = _linked_run(compose, tiny_run, tmp_path, monkeypatch, storage, min_resource=1)
     run_dir = tmp_path / "run"
-    ovs = [*tiny_run, "logger=none", f"paths.run_dir={run_dir}", "trainer.max_steps=8",
-           "trainer.val_check_interval=2"]  # fmt: skip
-    results = train(compose(ovs), ovs)
     assert results["status"] == "pruned"
     assert results["search"] == {"study": "s", "trial": 1, "validations": 2,
                                  "pruned_at_validation": 1}  # fmt: skip

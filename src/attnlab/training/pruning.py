@@ -21,8 +21,9 @@ from attnlab.runs.status import EXIT_CODES, Status
 
 class SweepPruning(L.Callback):
     """Report `link.metric` after every validation (not the sanity check) and stop the run when
-    the pruner says so (until the pruner's last step, if it has one). Rank 0 asks; every rank
-    stops. The validation count is kept in checkpoints, so a resumed run goes on counting."""
+    the pruner says so (until the pruner's last step, if it has one, and never at the run's last
+    validation). Rank 0 asks; every rank stops. The validation count is kept in checkpoints, so
+    a resumed run goes on counting."""
 
     def __init__(self, link: TrialLink) -> None:
         self.link = link
@@ -40,8 +41,14 @@ class SweepPruning(L.Callback):
         step = self.validations
         self.validations += 1
         prune = False
+        # The last validation (the budget reached) is reported, never pruned: the run is done,
+        # and a finished run completes (tested, its value told to the study).
+        last = bool(trainer.max_steps and trainer.max_steps > 0) and (
+            trainer.global_step >= trainer.max_steps
+        )
         if trainer.is_global_zero:
-            prune = self._report(trainer.callback_metrics.get(self.link.metric), step)
+            metric = trainer.callback_metrics.get(self.link.metric)
+            prune = self._report(metric, step) and not last
         if trainer.world_size > 1:
             prune = trainer.strategy.broadcast(prune)
         if prune:
