@@ -68,7 +68,9 @@ def test_an_lr_sweep_gets_the_metric_against_the_rate_on_a_log_axis_per_arm():
     assert "scheduler.peak_lr" not in desc.arm_keys
     [scatter] = [p for p in _panels(workspace) if isinstance(p, wr.ScatterPlot)]
     assert scatter.log_x is True
-    assert scatter.x.name == "scheduler.peak_lr.value" and scatter.y.name == "val/nll"
+    assert scatter.x.name == "peak_lr" and scatter.y.name == "val/nll"  # both from the summary
+    model = json.dumps(workspace._to_model().model_dump(by_alias=True), default=str)
+    assert '"summary:peak_lr"' in model and '"xAxisLogScale": true' in model
     sort = workspace.runset_settings.order[0]
     assert sort.item.name == "val/nll" and sort.ascending  # lower is better first
 

@@ -79,7 +79,8 @@ def wandb_id(loggers) -> str | None:
 
 
 def finish_wandb(loggers, results: dict) -> None:
-    """Final and best metrics and the status into the W&B summary; close the run (multirun
+    """Final and best metrics, the status and the peak learning rate into the W&B summary; close
+    the run (multirun
     jobs share one process) with the status's exit code (attnlab.runs.status), so that W&B
     marks failed, diverged and interrupted runs as failed."""
     from attnlab.runs.status import exit_code
@@ -90,8 +91,9 @@ def finish_wandb(loggers, results: dict) -> None:
         import wandb
 
         summary = {**results.get("metrics", {}), "status": results["status"]}
-        if results.get("diverged_step") is not None:
-            summary["diverged_step"] = results["diverged_step"]
+        for key in ("diverged_step", "peak_lr"):  # peak_lr: an LR sweep's axis (wandb_view.py)
+            if results.get(key) is not None:
+                summary[key] = results[key]
         logger.experiment.summary.update(summary)
         wandb.finish(exit_code=exit_code([results["status"]]))
 

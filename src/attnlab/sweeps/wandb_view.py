@@ -131,10 +131,12 @@ def build_view(desc: SweepDescription, entity: str, project: str):
 
 def _lr_panel(wr, desc: SweepDescription):
     """The final metric against the learning rate, log x; each arm its own colour (grouped
-    by the runset's keys)."""
+    by the runset's keys). The x axis is the summary's `peak_lr` (the peak the schedule took,
+    = scheduler.peak_lr where that is set; runs/wandb.py puts it there): a panel's config
+    axis would be read as a nested key (`scheduler.value.peak_lr`), not attnlab's flat one."""
     return wr.ScatterPlot(
-        title=f"final {desc.metric} against {desc.lr_key} (log axis), per arm",
-        x=wr.Config(config_path(desc.lr_key)),
+        title=f"final {desc.metric} against the peak learning rate (log axis), per arm",
+        x=wr.SummaryMetric("peak_lr"),
         y=wr.SummaryMetric(desc.metric),
         log_x=True,
     )
