@@ -290,6 +290,7 @@ def test_ctrl_c_enqueues_the_running_trial_and_prints_the_resume_command(tmp_pat
     states = [t.state.name for t in trials_of(default_storage(out))]
     assert states == ["FAIL", "WAITING"]
     assert json.loads((out / "summary.json").read_text())["counts"] == {"interrupted": 1}
+    assert "Trials: 1 (1 interrupted)." in (out / "search.md").read_text()
 
 
 def test_a_changed_search_space_is_refused_on_resume(tmp_path):

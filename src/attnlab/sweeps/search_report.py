@@ -24,7 +24,12 @@ STATE_STATUS = {
 }
 
 
-def status_of(trial) -> str:
+def status_of(trial, by_number: dict | None = None) -> str:
+    """The trial's run's status; an enqueued retry not yet restarted has its original's
+    (interrupted, or what its killed worker left: interrupted too)."""
+    retry_of = (by_number or {}).get(trial.user_attrs.get(studies_.ATTR_RETRY_OF))
+    if trial.state.name == "WAITING" and retry_of is not None:
+        return retry_of.user_attrs.get(studies_.ATTR_STATUS) or "interrupted"
     return trial.user_attrs.get(studies_.ATTR_STATUS) or STATE_STATUS.get(
         trial.state.name, "unknown"
     )
@@ -163,8 +168,10 @@ def write_search_views(folders, out: Path | None = None) -> list[str]:
 
 def _study_view(study, metric: str, out: Path, prefix: str) -> tuple[str, list[str]]:
     """One study's console line and search.md section."""
-    trials = studies_.counted(study.get_trials(deepcopy=False))
-    statuses = [status_of(t) for t in trials]
+    every = study.get_trials(deepcopy=False)
+    by_number = {t.number: t for t in every}
+    trials = studies_.counted(every)
+    statuses = [status_of(t, by_number) for t in trials]
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
     best = _best(study)
     md = [f"## {study.study_name}", "", f"Trials: {len(trials)} ({counts}).", ""]
