@@ -104,3 +104,15 @@ def _temporary_files_in_pytests_folder(tmp_path_factory):
     else:
         os.environ["TMPDIR"] = before[0]
     tempfile.tempdir = before[1]
+
+
+@pytest.fixture
+def ctrl_c_enabled():
+    """Ctrl-C handled as in an interactive shell, whatever this process inherited: a shell that
+    starts the tests in the background (`pytest &`) ignores SIGINT, and the sweep processes the
+    tests start would inherit that and never be interrupted."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

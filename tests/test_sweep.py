@@ -464,16 +464,6 @@ def test_a_trial_applies_its_memory_share_to_every_visible_gpu(monkeypatch):
         environment.apply_gpu_memory_share({"ATTNLAB_GPU_MEMORY_FRACTION": "2"})
 
 
-@pytest.fixture
-def ctrl_c_enabled():
-    """Ctrl-C handled as in an interactive shell, whatever this process inherited: a shell that
-    starts the tests in the background (`pytest &`) ignores SIGINT, and the sweep processes the
-    tests start would inherit that and never be interrupted."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 def _ignore_sigint():  # a background job of a non-interactive shell (`attnlab-sweep ... &`)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--attention-max-len", type=int, help="longest attention length (8192)")
     p.add_argument(
+        "--quality",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="time to quality instead of speed: each run's validation BLEU, chrF and nll against "
+        "its wall time (its metrics.csv), a table each and quality.png (attnlab.bench.quality)",
+    )
+    p.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -142,6 +149,8 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.quality:
+        raise SystemExit(_quality(args.quality, args.json))
     if not args.verbose:
         _quiet_libraries()
     sections = [s for s in SECTIONS if getattr(args, s)] or list(SECTIONS)
@@ -161,6 +170,25 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         print(f"{PROG}: figures in {args.json}")
+
+
+def _quality(run_dirs: list[str], json_path: str | None) -> int:
+    """--quality: the curves of the runs, printed, plotted and (with --json) written."""
+    from attnlab.bench.quality import quality_plot, quality_rows, quality_text
+
+    try:
+        curves = {Path(d).name: quality_rows(Path(d)) for d in run_dirs}
+    except ValueError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    for name, rows in curves.items():
+        print(quality_text(name, rows))
+    folder = Path(json_path).parent if json_path else Path(run_dirs[0])
+    print(f"{PROG}: plot {quality_plot(curves, folder / 'quality.png')}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(curves, indent=2) + "\n")
+        print(f"{PROG}: curves in {json_path}")
+    return 0
 
 
 def _context(args):

@@ -1,10 +1,11 @@
-"""Callbacks that make runs survive: periodic checkpoints, preemption (SIGTERM / SIGINT) and
-RNG state in checkpoints."""
+"""Callbacks that make runs survive: periodic checkpoints, preemption (SIGTERM / SIGINT), RNG
+state and the wall clock (WallClock) in checkpoints."""
 
 from __future__ import annotations
 
 import random
 import signal
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -79,6 +80,33 @@ class LoggingStep(L.Callback):
         if not self._aligned:
             self._aligned = True
             trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
+
+
+class WallClock(L.Callback):
+    """`time/elapsed_s`: the wall-clock seconds since the run's training began, summed over its
+    attempts (kept in checkpoints), logged at every validation after it ran: the x axis of a
+    time-to-quality curve (attnlab-bench --quality RUN_DIR). Validation time is included: it is
+    part of what a recipe costs."""
+
+    def __init__(self):
+        self.elapsed_s = 0.0  # before this attempt
+        self._t0: float | None = None
+
+    def now_s(self) -> float:
+        return self.elapsed_s + (time.monotonic() - self._t0 if self._t0 is not None else 0.0)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._t0 = time.monotonic()
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and self._t0 is not None:
+            pl_module.log("time/elapsed_s", self.now_s(), rank_zero_only=True)
+
+    def state_dict(self) -> dict:
+        return {"elapsed_s": self.now_s()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.elapsed_s = float(state_dict.get("elapsed_s", 0.0))
 
 
 class RNGState(L.Callback):
