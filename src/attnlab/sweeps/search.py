@@ -143,11 +143,11 @@ def run_search(
 ) -> list[TrialResult]:
     """Run one worker per slot (a GPU group, or None) until every study has its cap; Ctrl-C
     stops the running trials (each is enqueued again, to resume) and returns. The results of
-    the trials this command ran."""
+    the trials this command ran. The studies exist already (open_search); each worker opens
+    them again with a sampler of its own."""
     stop_event, hurry, lock = threading.Event(), threading.Event(), threading.Lock()
     results: list[TrialResult] = []
     errors: list[BaseException] = []
-    studies_.open_studies(search.config, search.storage, search.study_names(), search.seed)
     threads = [
         threading.Thread(
             target=_worker,
