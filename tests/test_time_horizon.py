@@ -100,3 +100,29 @@ def test_no_time_budget_or_no_horizon_is_a_one_line_error():
         TimeBudgetHorizon().on_train_start(trainer, module)
     with pytest.raises(ValueError, match=r"callbacks.time_horizon.margin=0.9 is not valid"):
         TimeBudgetHorizon(margin=0.9)
+
+
+HORIZON = "+callbacks.time_horizon._target_=attnlab.training.time_horizon.TimeBudgetHorizon"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ([HORIZON], r"^callbacks.time_horizon needs trainer.max_time .* it is null$"),
+        (
+            [HORIZON, "trainer.max_time=00:00:01:00", "scheduler=constant"],
+            r"^callbacks.time_horizon needs a schedule with a horizon \(scheduler=cosine\); "
+            r"scheduler._target_ is attnlab.training.schedules.Constant$",
+        ),
+        (
+            [HORIZON, "trainer.max_time=00:00:01:00", "+callbacks.time_horizon.margin=0.9"],
+            r"^callbacks.time_horizon.margin=0.9 is not valid",
+        ),
+    ],
+)
+def test_the_preflight_refuses_a_horizon_it_cannot_set(compose, overrides, message):
+    from attnlab.config.validate import validate_config
+
+    with pytest.raises(ValueError, match=message):
+        validate_config(compose(overrides))
+    validate_config(compose([HORIZON, "trainer.max_time=00:00:01:00"]))  # the valid one passes

@@ -40,6 +40,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_world_size(cfg)
     _check_targets(cfg)
     _check_schedule(cfg, model.d_model)
+    _check_time_horizon(cfg, model.d_model)
     _check_optimizer_arguments(cfg)
     _check_components(model)
     _check_synthetic_data(cfg, model)
@@ -108,6 +109,27 @@ def _check_schedule(cfg: DictConfig, d_model: int) -> None:
         raise ValueError(
             f"scheduler ({cfg.scheduler.get('_target_')}) is not valid: {err}"
         ) from None
+
+
+def _check_time_horizon(cfg: DictConfig, d_model: int) -> None:
+    """A callback setting the schedule's horizon from the time budget (TimeBudgetHorizon) needs
+    trainer.max_time and a schedule with a horizon; its own arguments are checked by building
+    it."""
+    from attnlab.training.schedules import schedule_from_config
+    from attnlab.training.time_horizon import TimeBudgetHorizon, horizon_problem
+
+    for key, node in (cfg.get("callbacks") or {}).items():
+        target = str(node.get("_target_", "")) if isinstance(node, DictConfig) else ""
+        if not target.endswith(TimeBudgetHorizon.__name__):
+            continue
+        arguments = {k: v for k, v in to_plain(node).items() if not k.startswith("_")}
+        TimeBudgetHorizon(**arguments)  # its arguments: one line naming the argument
+        schedule = schedule_from_config(
+            to_plain(cfg.scheduler), d_model, cfg.trainer.get("max_steps")
+        )
+        problem = horizon_problem(f"callbacks.{key}", cfg.trainer.get("max_time"), schedule)
+        if problem:
+            raise ValueError(problem)
 
 
 def _check_optimizer_arguments(cfg: DictConfig) -> None:

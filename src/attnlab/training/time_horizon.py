@@ -49,13 +49,11 @@ class TimeBudgetHorizon(L.Callback):
         self._first: int | None = None  # this attempt's first step
 
     def on_train_start(self, trainer, pl_module) -> None:
-        timer = _timer(trainer)
+        timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
         schedule = pl_module.schedule()
-        if not (dataclasses.is_dataclass(schedule) and hasattr(schedule, "max_steps")):
-            raise ValueError(
-                "callbacks.time_horizon needs a schedule with a horizon (scheduler=cosine); "
-                f"scheduler._target_ is {type(schedule).__module__}.{type(schedule).__name__}"
-            )
+        problem = horizon_problem("callbacks.time_horizon", timer, schedule)
+        if problem:  # attnlab-train's preflight refuses these configs before this
+            raise ValueError(problem)
         self._timer, self._schedule = timer, schedule
         self._cap = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         self._origin, self._first = None, None
@@ -96,12 +94,19 @@ class TimeBudgetHorizon(L.Callback):
         self.horizon = state_dict.get("horizon")
 
 
-def _timer(trainer) -> Timer:
-    """The trainer's Timer (trainer.max_time), or a one-line error naming the key."""
-    for callback in trainer.callbacks:
-        if isinstance(callback, Timer):
-            return callback
-    raise ValueError(
-        "callbacks.time_horizon needs trainer.max_time (the time budget the horizon is set "
-        "from), e.g. trainer.max_time=00:00:10:00; it is null"
-    )
+def horizon_problem(key: str, budget, schedule) -> str | None:
+    """Why TimeBudgetHorizon cannot run (one line naming `key`), or None: it needs a time
+    budget (trainer.max_time; `budget` is it or the trainer's Timer) and a schedule with a
+    horizon (a dataclass with max_steps, as Cosine)."""
+    if not budget:
+        return (
+            f"{key} needs trainer.max_time (the time budget the horizon is set from), e.g. "
+            "trainer.max_time=00:00:10:00; it is null"
+        )
+    if not (dataclasses.is_dataclass(schedule) and hasattr(schedule, "max_steps")):
+        name = f"{type(schedule).__module__}.{type(schedule).__name__}"
+        return (
+            f"{key} needs a schedule with a horizon (scheduler=cosine); scheduler._target_ "
+            f"is {name}"
+        )
+    return None
