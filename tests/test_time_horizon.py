@@ -33,8 +33,8 @@ def _trainer(schedule, budget_s=600.0, max_steps=-1):
     trainer = SimpleNamespace(
         callbacks=[FakeTimer(budget_s)],
         lr_scheduler_configs=[SimpleNamespace(scheduler=scheduler)],
-        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(max_steps=max_steps)),
         max_steps=max_steps,
+        should_stop=False,
         global_step=0,
     )
     logged = {}
@@ -57,15 +57,29 @@ def test_the_horizon_is_where_the_remaining_time_ends_at_the_measured_rate():
     _steps(callback, trainer, module, 25, 0.25)  # 4 steps a second; the rate starts at step 5
     # at step 20 (the first estimate): 100 - 5 s left at 4 steps/s -> 20 + 380 = 400
     assert callback.horizon == 20 + math.floor(4.0 * (100.0 - 5.0)) == 400
-    assert trainer.fit_loop.epoch_loop.max_steps == callback.horizon
     assert logged["time/horizon_steps"] == callback.horizon
     lam = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas[0]
     assert lam(callback.horizon - 1) == pytest.approx(0.0, abs=1e-12)  # the floor, at H
     assert lam(callback.horizon // 2) > 1e-5  # not yet decayed (the config's 1000 would be)
     # the machine slows down to half speed: the horizon comes in
     first = callback.horizon
-    _steps(callback, trainer, module, 200, 0.5)
+    _steps(callback, trainer, module, 100, 0.5)
     assert callback.horizon < first
+    assert not trainer.should_stop
+
+
+def test_the_run_stops_at_the_horizon_by_asking_the_trainer():
+    """should_stop, not a lower max_steps: Lightning validates once more when a callback asks
+    it to stop, so the last model is validated (a lowered max_steps ends without it)."""
+    schedule = Cosine(peak_lr=1e-3, warmup_steps=10, max_steps=1000)
+    trainer, module, _ = _trainer(schedule, budget_s=100.0, max_steps=5000)
+    callback = TimeBudgetHorizon(every_n_steps=10, start_step=1000)  # no estimate in this test
+    callback.load_state_dict({"horizon": 30})
+    callback.on_train_start(trainer, module)
+    _steps(callback, trainer, module, 29, 0.1)
+    assert not trainer.should_stop
+    _steps(callback, trainer, module, 1, 0.1)
+    assert trainer.global_step == 30 and trainer.should_stop and trainer.max_steps == 5000
 
 
 def test_the_margin_and_the_step_cap_hold_and_a_resume_keeps_the_horizon():
@@ -84,7 +98,6 @@ def test_the_margin_and_the_step_cap_hold_and_a_resume_keeps_the_horizon():
     again = TimeBudgetHorizon(every_n_steps=10, start_step=5, margin=0.25)
     again.load_state_dict(callback.state_dict())
     again.on_train_start(resumed, rmodule)
-    assert resumed.fit_loop.epoch_loop.max_steps == callback.horizon
     lam = resumed.lr_scheduler_configs[0].scheduler.lr_lambdas[0]
     assert lam(callback.horizon - 1) == pytest.approx(0.0, abs=1e-12)
 

@@ -62,6 +62,12 @@ class TimeBudgetHorizon(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step, elapsed = trainer.global_step, self._timer.time_elapsed("train")
+        if self.horizon is not None and step >= self.horizon:
+            # the run ends here; asking the trainer to stop (rather than lowering max_steps)
+            # makes Lightning validate once more, so the last model is validated and can be
+            # the best checkpoint (as training/final_validation.py does at max_steps)
+            trainer.should_stop = True
+            return
         if self._origin is None:
             # the rate starts start_step steps into this attempt: start-up, the first batches'
             # allocations and any compilation are not the rate the run goes on at
@@ -80,12 +86,11 @@ class TimeBudgetHorizon(L.Callback):
         pl_module.log("time/horizon_steps", float(self.horizon), rank_zero_only=True)
 
     def _apply(self, trainer, horizon: int) -> None:
-        """The schedule decays to its floor at `horizon`; the run's last step is `horizon`."""
+        """The schedule decays to its floor at `horizon` (the run stops there: above)."""
         self.horizon = horizon
         schedule = dataclasses.replace(self._schedule, max_steps=horizon)
         for config in trainer.lr_scheduler_configs:
             config.scheduler.lr_lambdas = [lr_lambda(schedule)] * len(config.scheduler.lr_lambdas)
-        trainer.fit_loop.epoch_loop.max_steps = horizon
 
     def state_dict(self) -> dict:
         return {"horizon": self.horizon}
