@@ -95,3 +95,20 @@ def test_sweep_file_has_a_grid_of_the_expected_size(path):
     for param in spec["parameters"].values():
         expected *= len(param.get("values", [param.get("value")]))
     assert len(expand_sweep(path)) == expected
+
+
+@pytest.mark.parametrize("name", ["heads", "heads_lr", "heads_lr_high", "label_smoothing"])
+def test_the_multi30k_sweeps_keep_the_recipe_their_protocol_was_fixed_on(name):
+    """These sweeps' runs (docs/REPRODUCTION.md) were made with experiment=multi30k_cpu as it was
+    before 79e2da2; they pin that recipe, so that a sweep resumed with more seeds runs what its
+    first seeds ran, whatever the preset has become since."""
+    (trial, *_) = sweep_trials(REPO / "sweeps" / f"{name}.yaml")
+    overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides)
+    assert cfg.scheduler._target_.endswith("InverseSqrt") and cfg.scheduler.warmup_steps == 400
+    if name in ("heads", "label_smoothing"):
+        assert cfg.scheduler.peak_lr == 2.0e-3
+    assert cfg.model.dropout == 0.1 and cfg.torch_threads == 1
+    assert cfg.callbacks.translation_quality.length_penalty == 0.6
+    assert "time_horizon" not in cfg.callbacks and cfg.trainer.max_steps == 1800

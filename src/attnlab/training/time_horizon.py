@@ -106,7 +106,8 @@ def horizon_problem(key: str, budget, schedule) -> str | None:
     if not budget:
         return (
             f"{key} needs trainer.max_time (the time budget the horizon is set from), e.g. "
-            "trainer.max_time=00:00:10:00; it is null"
+            f"trainer.max_time=00:00:10:00; it is null (a run without a time budget drops the "
+            f"callback: ~{key})"
         )
     if not (dataclasses.is_dataclass(schedule) and hasattr(schedule, "max_steps")):
         name = f"{type(schedule).__module__}.{type(schedule).__name__}"
