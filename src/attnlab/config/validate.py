@@ -39,8 +39,8 @@ def validate_config(cfg: DictConfig) -> None:
     _check_task(cfg, model.arch)
     _check_world_size(cfg)
     _check_targets(cfg)
-    _check_schedule(cfg, model.d_model)
-    _check_time_horizon(cfg, model.d_model)
+    schedule = _check_schedule(cfg, model.d_model)
+    _check_time_horizon(cfg, schedule)
     _check_optimizer_arguments(cfg)
     _check_components(model)
     _check_synthetic_data(cfg, model)
@@ -98,24 +98,23 @@ def _check_loss(cfg: DictConfig) -> None:
     )
 
 
-def _check_schedule(cfg: DictConfig, d_model: int) -> None:
+def _check_schedule(cfg: DictConfig, d_model: int):
     """The schedule checks its own arguments when built (attnlab.training.schedules): built
-    here with the run's d_model and horizon, its error is the one line."""
+    here with the run's d_model and horizon, its error is the one line. Returns it."""
     from attnlab.training.schedules import schedule_from_config
 
     try:
-        schedule_from_config(to_plain(cfg.scheduler), d_model, cfg.trainer.get("max_steps"))
+        return schedule_from_config(to_plain(cfg.scheduler), d_model, cfg.trainer.get("max_steps"))
     except TypeError as err:  # a key the schedule's class does not take
         raise ValueError(
             f"scheduler ({cfg.scheduler.get('_target_')}) is not valid: {err}"
         ) from None
 
 
-def _check_time_horizon(cfg: DictConfig, d_model: int) -> None:
+def _check_time_horizon(cfg: DictConfig, schedule) -> None:
     """A callback setting the schedule's horizon from the time budget (TimeBudgetHorizon) needs
-    trainer.max_time and a schedule with a horizon; its own arguments are checked by building
-    it."""
-    from attnlab.training.schedules import schedule_from_config
+    trainer.max_time and a schedule with a horizon (`schedule`, as _check_schedule built it);
+    its own arguments are checked by building it."""
     from attnlab.training.time_horizon import TimeBudgetHorizon, horizon_problem
 
     for key, node in (cfg.get("callbacks") or {}).items():
@@ -124,9 +123,6 @@ def _check_time_horizon(cfg: DictConfig, d_model: int) -> None:
             continue
         arguments = {k: v for k, v in to_plain(node).items() if not k.startswith("_")}
         TimeBudgetHorizon(**arguments)  # its arguments: one line naming the argument
-        schedule = schedule_from_config(
-            to_plain(cfg.scheduler), d_model, cfg.trainer.get("max_steps")
-        )
         problem = horizon_problem(f"callbacks.{key}", cfg.trainer.get("max_time"), schedule)
         if problem:
             raise ValueError(problem)

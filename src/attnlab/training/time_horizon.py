@@ -46,7 +46,7 @@ class TimeBudgetHorizon(L.Callback):
         self.horizon: int | None = None
         self._origin: tuple[int, float] | None = None  # (step, elapsed s) where the rate starts
         self._cap: int | None = None
-        self._first: int | None = None  # this attempt's first step
+        self._first = 0  # the step this attempt started at
 
     def on_train_start(self, trainer, pl_module) -> None:
         timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
@@ -56,12 +56,12 @@ class TimeBudgetHorizon(L.Callback):
             raise ValueError(problem)
         self._timer, self._schedule = timer, schedule
         self._cap = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        self._origin, self._first = None, None
+        self._origin, self._first = None, trainer.global_step
         if self.horizon is not None:  # resumed: the schedule the run had
             self._apply(trainer, self.horizon)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step, elapsed = trainer.global_step, self._timer.time_elapsed("train")
+        step = trainer.global_step
         if self.horizon is not None and step >= self.horizon:
             # the run ends here; asking the trainer to stop (rather than lowering max_steps)
             # makes Lightning validate once more, so the last model is validated and can be
@@ -71,12 +71,14 @@ class TimeBudgetHorizon(L.Callback):
         if self._origin is None:
             # the rate starts start_step steps into this attempt: start-up, the first batches'
             # allocations and any compilation are not the rate the run goes on at
-            self._first = step if self._first is None else self._first
             if step - self._first >= self.start_step:
-                self._origin = (step, elapsed)
+                self._origin = (step, self._timer.time_elapsed("train"))
             return
         s0, t0 = self._origin
-        if step % self.every_n_steps or step - s0 < self.every_n_steps or elapsed <= t0:
+        if step % self.every_n_steps or step - s0 < self.every_n_steps:
+            return
+        elapsed = self._timer.time_elapsed("train")
+        if elapsed <= t0:
             return
         rate = (step - s0) / (elapsed - t0)
         remaining = self._timer.time_remaining("train") or 0.0
