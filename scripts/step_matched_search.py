@@ -84,8 +84,8 @@ def steptime(args) -> None:
     batches, the candidates taking turns (attnlab.bench.timing.interleave: 5 repeats of 24 steps,
     the median), because this machine's speed drifts by 10-20% within minutes: timed one after
     another, the first search's candidates were off by up to 15% (docs/real_text.md). This is
-    the model's step alone: attnlab-train's loop can disagree (d_ff 256: 0.85x here, the same
-    steps as d_ff 512 in real 10-minute runs), so check a finalist's steps with a real run."""
+    the model's step alone: attnlab-train's loop can disagree (d_ff 256: 0.85x here, 4% more
+    steps than d_ff 512 in real 10-minute runs), so check a finalist's steps with a real run."""
     import torch
 
     from attnlab.bench.context import build_context
