@@ -1,6 +1,7 @@
-"""Every table of docs/REPRODUCTION.md regenerates from its CSV under docs/results/: each sits
-under the attnlab-compare command that prints it (attnlab.cli.embedded), and this test runs
-that command on the committed CSV and finds the same table, figure for figure."""
+"""Every embedded table of docs/REPRODUCTION.md and docs/real_text.md regenerates from its CSV
+under docs/results/: each sits under the attnlab-compare command that prints it
+(attnlab.cli.embedded), and this test runs that command on the committed CSV and finds the same
+table, figure for figure."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from attnlab.cli import embedded
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT = REPO / "docs" / "REPRODUCTION.md"
-BLOCKS = embedded.blocks(REPORT.read_text())
+REPORTS = (REPORT, REPO / "docs" / "real_text.md")
+BLOCKS = [block for report in REPORTS for block in embedded.blocks(report.read_text())]
 
 
 def test_the_report_embeds_its_tables_and_every_csv_is_used():

@@ -4,8 +4,8 @@
     <!-- table: statistics test/bleu -->
     | ... |
 
-`python -m attnlab.cli.embedded docs/REPRODUCTION.md` rewrites every such table from its
-command (run from the repository root, where the command's paths point); the test suite checks
+`python -m attnlab.cli.embedded docs/REPRODUCTION.md docs/real_text.md` rewrites every such table
+from its command (run from the repository root, where the command's paths point); the suite checks
 that each embedded table equals what its command prints (tests/test_reproduction_tables.py), so
 no number of the report exists only in someone's run folder.
 """
