@@ -5,8 +5,8 @@ A recipe's 10 minutes on the 2-core CPU give it a number of optimizer steps that
 shape (a narrower FFN: more steps; a larger vocabulary: fewer). This script measures each
 candidate's CPU step time here, turns it into the steps 10 minutes give, and trains every
 candidate for exactly those steps on a GPU (the cosine decays to 0 at that step, as
-callbacks.time_horizon makes it on the CPU), several runs at once, then tests with beam 4: a
-day of CPU runs in minutes of GPU time. Validation BLEU is on the whole validation set
+callbacks.time_horizon makes it on the CPU), several runs at once, then tests with beam 4: six
+CPU hours of runs in 12 GPU minutes. Validation BLEU is on the whole validation set
 (1014 sentences) so that a recipe is chosen on validation, not on test_2016. The winners are
 then checked the real way: `attnlab-train experiment=multi30k_cpu ...` on the CPU, 10 minutes.
 
@@ -20,8 +20,8 @@ then checked the real way: `attnlab-train experiment=multi30k_cpu ...` on the CP
     python scripts/step_matched_search.py csv rows.jsonl > multi30k_cpu_step_matched.csv
 
 Measured 2026-11-26 (docs/real_text.md, "Round three"): 36 runs on one H100 in two calls, their
-steps from an earlier, one-after-another timing of 40 steps per candidate, which gave some
-candidates 10-17% too many steps.
+steps from an earlier, one-after-another timing of 40 steps of one batch per candidate, which
+gave the leaders too many steps (d_ff 256: 2,376, where real CPU runs reached 1,913).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def steptime(args) -> None:
     training step (attnlab.bench.training_step.Stepper) on each candidate's first 24 training
     batches, the candidates taking turns (attnlab.bench.timing.interleave: 5 repeats of 24 steps,
     the median), because this machine's speed drifts by 10-20% within minutes: timed one after
-    another, the first search's candidates were off by up to 15% (docs/real_text.md). This is
+    another, the first search's candidates were off by up to 17% (docs/real_text.md). This is
     the model's step alone: attnlab-train's loop can disagree (d_ff 256: 0.85x here, 4% more
     steps than d_ff 512 in real 10-minute runs), so check a finalist's steps with a real run."""
     import torch
