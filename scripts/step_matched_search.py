@@ -30,6 +30,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -95,8 +96,7 @@ def steptime(args) -> None:
     torch.set_num_threads(2)
     blocks = {}
     for name in args.names or list(CANDIDATES):
-        ctx = build_context([*PRESET, *CANDIDATES[name]], device="cpu", repeats=5, steps=24,
-                            n_batches=24)  # fmt: skip
+        ctx = build_context([*PRESET, *CANDIDATES[name]], device="cpu", steps=24, n_batches=24)
         stepper = Stepper(ctx, ctx.new_model())
         stepper.warm_up()
         blocks[name] = stepper.block(24)
@@ -218,9 +218,13 @@ def main() -> None:
     p.add_argument("rows", nargs="+")
     p.set_defaults(func=to_csv)
     args = parser.parse_args()
-    unknown = [n for n in getattr(args, "names", []) if n not in CANDIDATES]
+    named = [*getattr(args, "names", []), *(i.split("=")[0] for i in getattr(args, "steps", []))]
+    unknown = [n for n in named if n not in CANDIDATES]
     if unknown:
         parser.error(f"unknown candidate {unknown[0]!r}; choose from {', '.join(CANDIDATES)}")
+    bad = [i for i in getattr(args, "steps", []) if not re.fullmatch(r"[^=]+=[1-9][0-9]*", i)]
+    if bad:
+        parser.error(f"--steps {bad[0]!r}: expected NAME=N, N a positive number of steps")
     args.func(args)
 
 

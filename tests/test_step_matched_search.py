@@ -76,6 +76,18 @@ def test_an_unknown_candidate_is_a_one_line_error_naming_the_choices():
     assert "unknown candidate 'ff512'; choose from base, e4d2" in p.stderr.splitlines()[-1]
 
 
+@pytest.mark.parametrize(
+    "steps, message",
+    [("ff256", "--steps 'ff256': expected NAME=N"), ("ff256=-3", "--steps 'ff256=-3': expected"),
+     ("ff512=1900", "unknown candidate 'ff512'; choose from base")],
+)  # fmt: skip
+def test_bad_steps_are_a_one_line_error(steps, message):
+    p = subprocess.run([sys.executable, str(SCRIPT), "jobs", "t.json", "--base-steps", "1835",
+                        "--steps", steps], capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 2
+    assert message in p.stderr.splitlines()[-1]
+
+
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30K not found at {MULTI30K}")
 @pytest.mark.parametrize("name", ["base", "ff256v3000"])
 def test_the_gpu_runs_overrides_compose_with_the_preset(search, name, monkeypatch, tmp_path):
