@@ -16,7 +16,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "step_matched_search.py"
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +87,17 @@ def test_bad_steps_are_a_one_line_error(steps, message):
     assert message in p.stderr.splitlines()[-1]
 
 
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30K not found at {MULTI30K}")
 @pytest.mark.parametrize("name", ["base", "ff256v3000"])
 def test_the_gpu_runs_overrides_compose_with_the_preset(search, name, monkeypatch, tmp_path):
     from attnlab.config.location import conf_dir
     from attnlab.config.preflight import check, compose_config
 
-    monkeypatch.setenv("DATA", str(MULTI30K))
+    data = tmp_path / "multi30k"  # the preflight reads only that the six files are there
+    data.mkdir()
+    for split in ("train", "val", "test_2016_flickr"):
+        (data / f"{split}.en").write_text("a man rides a horse\n")
+        (data / f"{split}.de").write_text("ein mann reitet ein pferd\n")
+    monkeypatch.setenv("DATA", str(data))
     monkeypatch.setenv("ACCEL", "cpu")
     job = {"name": name, "seed": 1, "steps": 2000, "overrides": search.CANDIDATES[name]}
     overrides = search._command(job, tmp_path)[3:]  # after python -m attnlab.cli.train
