@@ -39,6 +39,9 @@ def test_quick_bench_writes_every_section(tmp_path):
     assert not list(tmp.glob("attnlab-bench-*")), "the bench leaves its work folder behind"
     r = json.loads(out.read_text())
     assert r["machine"]["device"] == "cpu" and len(r["machine"]["load_average"]) == 3
+    # the ISA and native bf16 tell apart two machines that /proc/cpuinfo names alike
+    assert r["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert isinstance(r["machine"]["native_bf16"], bool)
     assert "training step, attnlab vs torch.nn.Transformer" in proc.stdout
 
     (size,) = r["vs_torch_nn"]  # one size: the configured model

@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 def machine(ctx) -> dict:
     import torch
 
+    from attnlab.training.environment import cpu_has_native_bf16
+
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -88,6 +90,10 @@ def machine(ctx) -> dict:
         "device": ctx.device.type,
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        # the vector ISA torch's CPU kernels use (e.g. AVX2, AVX512) and native bf16: two 2-core
+        # EPYCs named alike ran multi30k_cpu's step at 336 and 162 ms (docs/benchmark.md)
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": cpu_has_native_bf16(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "precision": ctx.precision,
