@@ -21,7 +21,10 @@ then checked the real way: `attnlab-train experiment=multi30k_cpu ...` on the CP
 
 Measured 2026-11-26 (docs/real_text.md, "Round three"): 36 runs on one H100 in two calls, their
 steps from an earlier, one-after-another timing of 40 steps of one batch per candidate, which
-gave the leaders too many steps (d_ff 256: 2,376, where real CPU runs reached 1,913).
+gave the leaders too many steps (d_ff 256: 2,376, where real CPU runs reached 1,913). Round four
+(same date, a 2-core machine twice as fast): 18 runs on one H100 from a hand-written job list
+(docs/results/multi30k_cpu_round4_jobs.json: dropout at two or three step counts around its
+unknown CPU cost), 12 then 6 runs at once, about 6 and 4 minutes.
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# name -> overrides on experiment=multi30k_cpu (the shape and data candidates change the step time)
+# name -> overrides on experiment=multi30k_cpu (the shape and data candidates change the step time);
+# "base" is the preset as it is: rounds three and four ran it with dropout 0 (before 0.1 was taken)
 CANDIDATES = {
     "base": [],
+    "drop0": ["model.dropout=0.0"],
     "e4d2": ["model.n_encoder_layers=4", "model.n_decoder_layers=2"],
     "e5d1": ["model.n_encoder_layers=5", "model.n_decoder_layers=1"],
     "e6d2": ["model.n_encoder_layers=6", "model.n_decoder_layers=2"],
@@ -74,6 +79,20 @@ CANDIDATES = {
     "lr7e-3": ["scheduler.peak_lr=7e-3"],
     "wu100": ["scheduler.warmup_steps=100"],
     "ls0.2": ["loss.label_smoothing=0.2"],
+    # round four (a machine with twice the step rate: ~3,960 steps in 10 minutes, overfitting at
+    # the end without dropout); its jobs (docs/results/multi30k_cpu_round4_jobs.json, base there
+    # with model.dropout=0.0, as the preset was) bracket dropout's unknown CPU cost with two or
+    # three step counts instead of a timing
+    "drop0.05": ["model.dropout=0.05"],
+    "drop0.1": ["model.dropout=0.1"],
+    "drop0.2": ["model.dropout=0.2"],
+    "drop0.1_lr7e-3": ["model.dropout=0.1", "scheduler.peak_lr=7e-3"],
+    "drop0.1_v6000": ["model.dropout=0.1", "data.vocab_size=6000"],
+    "drop0.1_v8000": ["model.dropout=0.1", "data.vocab_size=8000"],
+    "drop0.05_v6000": ["model.dropout=0.05", "data.vocab_size=6000"],
+    "drop0.1_ff1024": ["model.dropout=0.1", "model.d_ff=1024"],
+    "drop0.1_d192": ["model.dropout=0.1", "model.d_model=192", "model.d_ff=768"],
+    "drop0.1_e4d4": ["model.dropout=0.1", "model.n_encoder_layers=4", "model.n_decoder_layers=4"],
 }
 SAME_STEPS_AS_BASE = ("lr3.5e-3", "lr7e-3", "wu100", "ls0.2")
 PRESET = ["experiment=multi30k_cpu", "data.root=../shared/data/multi30k", "logger=none"]
@@ -174,7 +193,8 @@ def run(args) -> None:
 
 
 def to_csv(args) -> None:
-    """rows.jsonl (one or more) as attnlab-compare's runs.csv: recipe, steps, seed, metrics."""
+    """rows.jsonl (one or more) as attnlab-compare's runs.csv: recipe, steps, seed, metrics. A job
+    named NAME-STEPS_sSEED (a recipe run at several step counts) is recipe NAME at STEPS."""
     keys = ("test/bleu", "test/chrf", "test/nll", "val/bleu", "val/chrf", "val/nll")
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["recipe", "steps", "seed", "status", "wall_time_s", *keys])
@@ -184,7 +204,8 @@ def to_csv(args) -> None:
             if "results" not in row:
                 continue
             job, metrics = row["job"], row["results"]["metrics"]
-            writer.writerow([job["name"].rsplit("_s", 1)[0], job["steps"], job["seed"],
+            recipe = job["name"].rsplit("_s", 1)[0].removesuffix(f"-{job['steps']}")
+            writer.writerow([recipe, job["steps"], job["seed"],
                              row["results"]["status"], row["wall"],
                              *(round(metrics[k], 4) for k in keys)])  # fmt: skip
 
