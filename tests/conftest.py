@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def compose():
     """compose(overrides) -> the composed DictConfig of conf/train.yaml (no Hydra run)."""
-    from attnlab.config.preflight import compose_config
+    from attnlab.config.compose import compose_config
 
     def _compose(overrides: list[str] | tuple[str, ...] = ()):
         return compose_config(CONF_DIR, list(overrides))
@@ -49,13 +49,12 @@ def compose():
 
 def model_config(model, vocab_size: int, pad_id: int):
     """The TransformerConfig of a composed cfg.model, as attnlab-train builds it
-    (attnlab.pipeline.build.build_module)."""
-    from attnlab.config.schema import model_options
-    from attnlab.model.config import TransformerConfig
+    (attnlab.pipeline.build.model_config)."""
+    from attnlab.config.plain import to_plain
+    from attnlab.pipeline.build import model_config as build_model_config
 
-    return TransformerConfig.from_options(
-        model_options(model), vocab_size=vocab_size, pad_id=pad_id, prefix="model."
-    )
+    plain = dict(model) if isinstance(model, dict) else to_plain(model)
+    return build_model_config(plain, vocab_size, pad_id)
 
 
 @pytest.fixture

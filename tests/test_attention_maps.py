@@ -33,7 +33,7 @@ def _assert_causal(w: np.ndarray) -> None:
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory):
     """A tiny copy run with the callback on; returns its directory."""
-    from attnlab.config.preflight import compose_config
+    from attnlab.config.compose import compose_config
     from conftest import CONF_DIR, TINY
 
     run_dir = tmp_path_factory.mktemp("attention") / "run"
@@ -56,8 +56,8 @@ def test_callback_renders_fixed_examples_every_n_steps_and_pads_get_no_weight(co
     # The same six validation examples at every render: source pads are the all-zero columns.
     from hydra.utils import instantiate
 
+    from attnlab.config.compose import compose_config
     from attnlab.config.plain import to_plain
-    from attnlab.config.preflight import compose_config
     from conftest import CONF_DIR, TINY
 
     dm = instantiate(to_plain(compose_config(CONF_DIR, [*TINY, "data=copy"]).data))

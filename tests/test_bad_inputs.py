@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.config.preflight import preflight
+from attnlab.pipeline.preflight import preflight
+from build_utils import dry_build
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -40,7 +41,7 @@ def _saved(path: Path, obj) -> Path:
 
 def _checkpoint(path: Path, **model) -> Path:
     """A Lightning checkpoint of an attnlab model: the default run's model options, changed."""
-    from attnlab.config.preflight import compose_config
+    from attnlab.config.compose import compose_config
     from conftest import model_config
 
     cfg = compose_config(CONF_DIR, [f"model.{k}={v}" for k, v in model.items()])
@@ -196,8 +197,7 @@ def test_broken_data_leaves_an_existing_run_untouched(tmp_path):
 def test_a_checkpoint_of_this_architecture_passes_the_resume_check(tmp_path):
     """The check names what differs; a checkpoint of the same model (other dropout and all)
     is not refused."""
-    from attnlab.config.preflight import compose_config
-    from attnlab.config.validate import validate_config
+    from attnlab.config.compose import compose_config
 
     ckpt = _checkpoint(tmp_path / "same.ckpt", dropout=0.3)
-    validate_config(compose_config(CONF_DIR, [f"resume={ckpt}"]))
+    dry_build(compose_config(CONF_DIR, [f"resume={ckpt}"]))

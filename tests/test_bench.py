@@ -167,13 +167,12 @@ def test_the_harness_run_validates_nothing_inside_its_timed_window(compose, tmp_
 
     from attnlab.bench.harness import _config, _StepClock
     from attnlab.config.plain import plain_config
-    from attnlab.pipeline.build import build_datamodule, build_module, build_trainer
+    from attnlab.pipeline.build import attach, build
 
     ctx = SimpleNamespace(cfg=compose(["debug=tiny", "logger=none"]))
     cfg = plain_config(_config(ctx, 30, tmp_path / "run"))
-    datamodule = build_datamodule(cfg["data"], tmp_path / "run")
-    module = build_module(cfg, datamodule)
-    trainer, _ = build_trainer(cfg, tmp_path / "run", [])
+    built = attach(build(cfg, tmp_path / "run"), cfg, tmp_path / "run", "bench")
+    datamodule, module, trainer = built.datamodule, built.module, built.trainer
     validations = []
     module.on_validation_start = lambda: validations.append(trainer.global_step)
     trainer.callbacks.append(_StepClock(5, 30))

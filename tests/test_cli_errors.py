@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.config.preflight import describe, preflight
+from attnlab.config.compose import describe
+from attnlab.pipeline.preflight import preflight
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -217,12 +218,18 @@ def test_data_of_the_wrong_task_names_the_option_and_what_fits(tmp_path, args, m
 
 def test_a_target_whose_module_fails_to_import_says_why(tmp_path, monkeypatch):
     """A module that exists but raises on import is not reported as missing."""
-    from attnlab.config.targets import target_problem
+    from attnlab.pipeline.build import ConfigRefused, located
 
     (tmp_path / "broken_builders.py").write_text("import no_such_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    problem = target_problem("broken_builders.build")
-    assert problem.startswith("cannot be imported (ModuleNotFoundError:"), problem
-    assert "no_such_dependency" in problem
-    assert target_problem("attnlab.training.schedules.Noam") is None
-    assert target_problem("torch.optim.AdamW") is None
+    with pytest.raises(ConfigRefused) as info:
+        located("broken_builders.build", "module._target_")
+    problem = str(info.value)
+    assert problem.startswith(
+        "module._target_='broken_builders.build' cannot be imported (ModuleNotFoundError:"
+    ), problem
+    assert "no_such_dependency" in problem and "\n" not in problem
+    from attnlab.training.schedules import Noam
+
+    assert located("attnlab.training.schedules.Noam", "scheduler._target_") is Noam
+    assert located("torch.optim.AdamW", "optim._target_").__name__ == "AdamW"

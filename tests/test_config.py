@@ -14,14 +14,15 @@ from omegaconf import OmegaConf
 from attnlab.config.plain import to_plain
 from attnlab.config.schema import HARNESS_MODEL_KEYS, ModelConfig
 from attnlab.config.trainer_schema import ATTNLAB_SETS, TrainerConfig
-from attnlab.config.validate import validate_config
 from attnlab.data.configs import SYNTHETIC_TASKS
 from attnlab.model import Transformer, TransformerConfig
+from attnlab.pipeline.build import build
 from attnlab.runs.dotted import flatten
 from attnlab.runs.loggers import build_loggers
 from attnlab.runs.record import ABLATION_KEYS, ablation_config, run_name
 from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.schedules import Schedule, schedule_from_config
+from build_utils import dry_build
 from conftest import model_config
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -53,7 +54,7 @@ def test_defaults_compose_to_the_small_reverse_run(compose):
 @pytest.mark.parametrize("option", _options("model"))
 def test_every_model_option_builds(compose, option):
     cfg = compose([f"model={option}"])
-    validate_config(cfg)
+    dry_build(cfg)
     tc = model_config(cfg.model, vocab_size=100, pad_id=0)
     assert tc.arch == ("decoder_only" if option.startswith("lm") else "encoder_decoder")
     if tc.d_model <= 512:  # the big model (213M parameters) is only validated
@@ -192,7 +193,6 @@ QuietSeq2Seq = _quiet_module_class()
 
 def test_the_module_is_the_class_its_target_names(compose, tmp_path):
     from attnlab.config.plain import plain_config
-    from attnlab.pipeline.build import build_datamodule, build_module
     from attnlab.tasks.lm import LanguageModeling
     from attnlab.tasks.seq2seq import Seq2Seq
     from attnlab.training.module import TransformerModule
@@ -204,7 +204,7 @@ def test_the_module_is_the_class_its_target_names(compose, tmp_path):
         (["model=lm_small"], TransformerModule, LanguageModeling),  # the data's task
     ):
         cfg = plain_config(compose([f"paths.run_dir={tmp_path}", *overrides]))
-        module = build_module(cfg, build_datamodule(cfg["data"], tmp_path))
+        module = build(cfg, tmp_path).module
         assert type(module) is expected and type(module.task) is task
         assert module.hparams.scheduler["peak_lr"] == cfg["scheduler"]["peak_lr"]  # either way
 
@@ -237,14 +237,13 @@ def test_module_target_gets_the_built_model_task_and_partials(compose, tmp_path)
 
     from attnlab.config.plain import plain_config
     from attnlab.model import Transformer
-    from attnlab.pipeline.build import build_datamodule, build_module
     from attnlab.tasks.base import Task
     from attnlab.training.module import TransformerModule
 
     cfg = plain_config(
         compose([f"paths.run_dir={tmp_path}", f"module._target_={__name__}.OwnModule"])
     )
-    module = build_module(cfg, build_datamodule(cfg["data"], tmp_path))
+    module = build(cfg, tmp_path).module
     assert type(module) is OwnModule and isinstance(module.model, Transformer)
     assert isinstance(module.task, Task) and module.task.name == "seq2seq"
     optimizer = module.optim(module.model.parameters(), lr=1.0)
@@ -301,7 +300,7 @@ def test_every_experiment_composes_and_validates(compose, option, tmp_path):
             (tmp_path / key).write_text("a line\nanother line\n")
             files.append(f"data.{key}={tmp_path / key}")
         cfg = compose([f"experiment={option}", *files])
-    validate_config(cfg)
+    dry_build(cfg)
     assert cfg.name == option  # presets name their runs
 
 
@@ -323,7 +322,7 @@ def test_the_mistake_switches_and_fast_paths_reach_the_model_from_the_command_li
             "model.activation_checkpointing=true",
         ]
     )
-    validate_config(cfg)
+    dry_build(cfg)
     model = model_config(cfg.model, vocab_size=21, pad_id=0)
     assert (model.attn_scale, model.mask_source_padding) == ("none", False)
     assert model.activation_checkpointing is True
@@ -334,16 +333,16 @@ def test_the_mistake_switches_and_fast_paths_reach_the_model_from_the_command_li
 
 def test_validate_config_names_model_keys(compose):
     with pytest.raises(ValueError, match=r"model\.d_model=64 is not divisible by model\.n_heads=3"):
-        validate_config(compose(["model.n_heads=3"]))
+        dry_build(compose(["model.n_heads=3"]))
     with pytest.raises(ValueError, match=r"model\.dropout=-0\.1"):
-        validate_config(compose(["model.dropout=-0.1"]))
+        dry_build(compose(["model.dropout=-0.1"]))
     with pytest.raises(ValueError, match=r"data\.train_len"):
-        validate_config(compose(["data.train_len=[4,2]"]))
+        dry_build(compose(["data.train_len=[4,2]"]))
     with pytest.raises(ValueError, match=r"model\.max_len=10 is shorter .* \(14\)"):
-        validate_config(compose(["model.pos_encoding=learned", "model.max_len=10"]))
+        dry_build(compose(["model.pos_encoding=learned", "model.max_len=10"]))
     with pytest.raises(ValueError, match=r"model\.foo is not a model option"):
-        validate_config(compose(["+model.foo=1"]))
-    validate_config(compose(["model.n_heads=3", "model.d_k=32"]))  # an explicit d_k decouples
+        dry_build(compose(["+model.foo=1"]))
+    dry_build(compose(["model.n_heads=3", "model.d_k=32"]))  # an explicit d_k decouples
 
 
 def test_flatten_gives_dotted_keys():
@@ -403,14 +402,12 @@ def test_an_optimizer_or_schedule_config_without_partial_is_built_as_a_partial(c
     """The preflight completes optim and scheduler as partials whether they say `_partial_` or
     not; the build does the same, so such a config cannot pass the preflight and fail later."""
     from attnlab.config.plain import plain_config
-    from attnlab.config.validate import validate_config
-    from attnlab.pipeline.build import build_datamodule, build_module
 
     overrides = [f"paths.run_dir={tmp_path}", "~optim._partial_", "~scheduler._partial_"]
     composed = compose(overrides)
-    validate_config(composed)
+    dry_build(composed)
     cfg = plain_config(composed)
     assert "_partial_" not in cfg["optim"] and "_partial_" not in cfg["scheduler"]
-    module = build_module(cfg, build_datamodule(cfg["data"], tmp_path))
+    module = build(cfg, tmp_path).module
     optimizer = module.configure_optimizers()["optimizer"]
     assert type(optimizer).__name__ == "Adam" and module.peak_lr() == cfg["scheduler"]["peak_lr"]

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from attnlab.config.preflight import preflight
-from attnlab.config.validate import validate_config, world_size
+from attnlab.config.resolvers import world_size
+from attnlab.pipeline.preflight import preflight
+from build_utils import dry_build
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
@@ -192,15 +193,16 @@ def test_world_size_counts_devices_and_nodes(compose):
     assert world_size(compose(["trainer=cpu"]).trainer) == 1
     assert world_size(compose(["trainer=ddp", "trainer.devices=auto"]).trainer) is None
     with pytest.raises(ValueError, match=r"data\.batch_size=16 is not divisible .* size 6"):
-        validate_config(compose([*DDP, "trainer.num_nodes=3", "data.batch_size=16"]))
+        dry_build(compose([*DDP, "trainer.num_nodes=3", "data.batch_size=16"]))
     with pytest.raises(ValueError, match=r"trainer\.num_nodes=0 is not valid"):
-        validate_config(compose([*DDP, "trainer.num_nodes=0"]))
-    validate_config(compose(["trainer=ddp", "trainer.devices=auto", "data.batch_size=15"]))
-    validate_config(compose([*DDP, "data.batch_size=16"]))
+        dry_build(compose([*DDP, "trainer.num_nodes=0"]))
+    dry_build(compose(["trainer=ddp", "trainer.devices=auto", "data.batch_size=15"]))
+    dry_build(compose([*DDP, "data.batch_size=16"]))
 
 
 def test_loss_normalize_is_checked_when_composing(compose):
-    from attnlab.config.preflight import ConfigError, check
+    from attnlab.config.compose import ConfigError
+    from attnlab.pipeline.preflight import check
 
     assert compose(["loss.normalize=tokens"]).loss.normalize == "tokens"
     with pytest.raises(ConfigError, match=r"loss\.normalize='sum' is not valid; expected one of"):

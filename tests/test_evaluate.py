@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnlab.cli.eval import main
-from attnlab.config.preflight import compose_config
+from attnlab.config.compose import compose_config
 from attnlab.data.text import read_lines
 from attnlab.data.tokenizer import Tokenizer
 from attnlab.pipeline.train import train

@@ -13,9 +13,9 @@ from hydra.utils import instantiate
 
 from attnlab.cli.eval import main as eval_main
 from attnlab.config.plain import to_plain
-from attnlab.config.validate import validate_config
 from attnlab.data.vocab import PAD_ID
 from attnlab.pipeline.train import train
+from build_utils import dry_build
 from conftest import DATA_DIR, wandb_offline_bytes
 
 
@@ -27,7 +27,7 @@ def test_length_extrapolation_selects_in_distribution_and_scores_each_length(com
     """Before: validation and test both used eval_len 13-24 (selection on the extrapolation
     range, one averaged number). Now validation is in distribution and the lengths are separate."""
     cfg = compose(["experiment=length_extrapolation"])
-    validate_config(cfg)
+    dry_build(cfg)
     data = cfg.data
     assert list(data.val_len) == list(data.train_len) == [1, 12]
     assert {8, 12, 16, 24, 32, 48} <= set(data.eval_lengths)

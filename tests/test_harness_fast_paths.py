@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnlab.pipeline.train import train
+from build_utils import dry_build
 
 
 def _run(compose, run_dir, *overrides: str) -> dict:
@@ -82,13 +83,13 @@ def test_skipping_padding_trains_like_computing_every_position(compose, tmp_path
 
 def test_the_loss_gets_logits_at_real_targets_unless_compiled(compose, tmp_path):
     from attnlab.config.plain import plain_config
-    from attnlab.pipeline.build import build_datamodule, build_module
+    from attnlab.pipeline.build import build
 
     cfg = plain_config(compose(["debug=tiny", "logger=none", f"paths.run_dir={tmp_path}"]))
-    datamodule = build_datamodule(cfg["data"], None)
+    built = build(cfg, tmp_path)
+    datamodule, module = built.datamodule, built.module
     datamodule.setup("fit")
     batch = next(iter(datamodule.train_dataloader()))
-    module = build_module(cfg, datamodule)
     real = batch["tgt_out"] != module.pad_id
     assert not bool(real.all())  # the batch has pads to skip
     logits, targets = module.loss_logits_and_targets(batch)
@@ -127,7 +128,7 @@ def test_bf16_autocast_changes_loss_and_gradients_only_within_tolerance():
 @pytest.mark.parametrize("accelerator", ["cpu", "auto"])
 def test_fp16_mixed_on_a_cpu_is_a_one_line_error(tmp_path, capsys, accelerator, monkeypatch):
     from attnlab.config.location import conf_dir
-    from attnlab.config.preflight import preflight
+    from attnlab.pipeline.preflight import preflight
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     argv = ["trainer.precision=16-mixed", f"trainer.accelerator={accelerator}"]
@@ -142,11 +143,10 @@ def test_fp16_mixed_on_a_cpu_is_a_one_line_error(tmp_path, capsys, accelerator, 
 
 
 def test_fused_optimizer_with_fp16_is_a_config_error(compose):
-    from attnlab.config.validate import validate_config
 
     cfg = compose(["trainer=gpu", "trainer.precision=16-mixed", "optim.fused=true"])
     with pytest.raises(ValueError, match=r"^optim.fused=true does not work with trainer.precisio"):
-        validate_config(cfg)
+        dry_build(cfg)
     json.dumps(str(cfg.optim))  # the config itself composed fine
 
 

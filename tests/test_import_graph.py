@@ -92,8 +92,8 @@ LEVELS = (
     ("runs",),  # the run directory: records, checkpoints, loggers
     ("training",),  # the LightningModule and its callbacks
     ("evaluation",),  # decoding and scoring of a trained model
-    ("config",),  # the composed config: schema, resolvers, preflight
-    ("pipeline",),  # one run: build the objects from the config, fit, test, record
+    ("config",),  # the composed config: schema, resolvers, composition and its error lines
+    ("pipeline",),  # one run: build (the preflight: dry) the objects, fit, test, record
     ("analysis",),  # reading runs back: tables, statistics, plots
     ("sweeps",),  # launching many runs
     ("bench",),  # measuring the model and the harness

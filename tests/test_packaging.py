@@ -29,7 +29,7 @@ def test_a_wheel_ships_the_configs_and_composes_from_any_folder(tmp_path):
     elsewhere.mkdir()
     code = (
         "import attnlab, sys; from attnlab.config.location import conf_dir; "
-        "from attnlab.config.preflight import preflight; "
+        "from attnlab.pipeline.preflight import preflight; "
         "print(attnlab.__file__); print(conf_dir()); "
         "print(preflight(['-m', 'debug=tiny', 'logger=csv', 'seed=1,2'], conf_dir()))"
     )

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from attnlab.config.data_check import DataConfigError
 from attnlab.config.plain import to_plain
-from attnlab.config.validate import validate_config
 from attnlab.model import Transformer
+from attnlab.pipeline.build import ConfigRefused
 from attnlab.training.schedules import schedule_from_config
+from build_utils import dry_build
 from conftest import model_config
 
 PAPER = {  # Table 3: parameters, d_model, dropout, steps, checkpoints averaged
@@ -77,8 +77,8 @@ def test_parameter_count_and_learning_rate_peak_match_the_paper(compose, preset)
 
 
 def test_data_paths_are_checked_when_training_starts_not_when_composing(compose):
-    with pytest.raises(DataConfigError, match="data.train_src: not set"):
-        validate_config(compose(["experiment=paper_base"]))
+    with pytest.raises(ConfigRefused, match="data.train_src: not set"):
+        dry_build(compose(["experiment=paper_base"]))
     env = {**os.environ, "WANDB_MODE": "disabled"}
     proc = subprocess.run(
         [sys.executable, "-m", "attnlab.cli.train", "experiment=paper_base", "--cfg", "job"],

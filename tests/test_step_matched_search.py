@@ -92,8 +92,9 @@ def test_bad_steps_are_a_one_line_error(steps, message):
 
 @pytest.mark.parametrize("name", ["base", "ff256v3000", "drop0.1_e4d4"])
 def test_the_gpu_runs_overrides_compose_with_the_preset(search, name, monkeypatch, tmp_path):
+    from attnlab.config.compose import compose_config
     from attnlab.config.location import conf_dir
-    from attnlab.config.preflight import check, compose_config
+    from attnlab.pipeline.preflight import check
 
     data = tmp_path / "multi30k"  # the preflight reads only that the six files are there
     data.mkdir()

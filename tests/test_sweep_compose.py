@@ -12,9 +12,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnlab.config.validate import validate_config
 from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import override_key
+from build_utils import dry_build
 from sweep_utils import is_search, sweep_trials
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_every_grid_point_composes_and_validates(tmp_path):
                 cfg = compose("train", [*overrides, *paths], return_hydra_config=True)
                 choices = dict(cfg.hydra.runtime.choices)
                 del cfg.hydra
-                validate_config(cfg)
+                dry_build(cfg)
             except Exception as err:  # collect every bad point, then fail once
                 failures.append(f"{label}: {type(err).__name__}: {err}")
                 continue

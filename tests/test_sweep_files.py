@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from attnlab.config.compose import compose_config
 from attnlab.config.plain import plain_config, to_plain
-from attnlab.config.preflight import compose_config
 from attnlab.runs.dotted import flatten
 from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import override_key, swept_keys

@@ -10,14 +10,13 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_class, instantiate
 
-from attnlab.config.data_check import DataConfigError
 from attnlab.config.data_schema import DATA_SCHEMAS
 from attnlab.config.plain import to_plain
-from attnlab.config.preflight import preflight
-from attnlab.config.validate import validate_config
 from attnlab.data.language_model import LMTextDataModule, TinyShakespeareDataModule
 from attnlab.data.translation import Multi30kDataModule, TranslationDataModule
-from attnlab.pipeline.build import exact_match_enabled
+from attnlab.pipeline.build import ConfigRefused, exact_match_enabled
+from attnlab.pipeline.preflight import preflight
+from build_utils import dry_build
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DATA = Path(__file__).parents[2] / "shared" / "data"
@@ -154,8 +153,8 @@ def test_preflight_reports_each_data_problem_on_one_line(capsys, tmp_path):
 
 def test_validate_config_raises_the_problems(compose, tmp_path):
     cfg = compose(["data=parallel_text", f"data.train_src={tmp_path / 'x'}"])
-    with pytest.raises(DataConfigError) as info:
-        validate_config(cfg)
+    with pytest.raises(ConfigRefused) as info:
+        dry_build(cfg)
     assert [p.split(":")[0] for p in info.value.problems] == ["data.train_src", "data.train_tgt"]
 
 

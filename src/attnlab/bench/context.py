@@ -96,10 +96,11 @@ def build_context(
     steps: int | None = None,
     n_batches: int | None = None,
 ) -> Context:
-    """Compose and validate the config (attnlab.config.preflight raises ConfigError with one
+    """Compose the config and build it dry (attnlab.pipeline.preflight raises ConfigError with one
     line), pick the device, and draw the training batches."""
+    from attnlab.config.compose import compose_config
     from attnlab.config.location import conf_dir
-    from attnlab.config.preflight import check, compose_config
+    from attnlab.pipeline.preflight import check
 
     check(conf_dir(), overrides)
     cfg = compose_config(conf_dir(), overrides)
@@ -122,20 +123,16 @@ def build_context(
 def _load_batches(ctx: Context, n: int) -> None:
     """The datamodule as attnlab-train builds it; its first `n` training batches, on the device;
     the model config sized to its vocabulary."""
-    from attnlab.config.schema import model_options
-    from attnlab.model.config import TransformerConfig
-    from attnlab.pipeline.build import build_datamodule
+    from attnlab.pipeline.build import build_datamodule, model_config
 
     torch.manual_seed(ctx.cfg.seed)
-    datamodule = build_datamodule(to_plain(ctx.cfg.data), ctx.work_dir)
+    datamodule = build_datamodule(to_plain(ctx.cfg.data), to_plain(ctx.cfg.trainer))
     datamodule.setup("fit")
     ctx.task = datamodule.task
     ctx.special_ids = {"pad": datamodule.pad_id, "bos": datamodule.bos_id, "eos": datamodule.eos_id}
-    model = dict(to_plain(ctx.cfg.model))
-    ctx.model_config = TransformerConfig.from_options(
-        model_options(model), vocab_size=datamodule.vocab_size, pad_id=datamodule.pad_id,
-        prefix="model.",
-    )  # fmt: skip
+    ctx.model_config = model_config(
+        to_plain(ctx.cfg.model), datamodule.vocab_size, datamodule.pad_id
+    )
     for batch in datamodule.train_dataloader():
         ctx.batches.append({k: v.to(ctx.device) for k, v in batch.items() if torch.is_tensor(v)})
         if len(ctx.batches) == n:

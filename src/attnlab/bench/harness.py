@@ -71,25 +71,20 @@ def _config(ctx: Context, steps: int, run_dir: Path):
 
 def _lightning_block(ctx: Context, block: int) -> float:
     """Seconds per step of attnlab-train's fit (its own builders), after the warm-up steps."""
-    from attnlab.pipeline.build import build_datamodule, build_module, build_trainer
-    from attnlab.runs.loggers import build_loggers
+    from attnlab.pipeline.build import attach, build
     from attnlab.runs.wandb import finish_wandb
 
     total = ctx.warmup + ctx.steps
     run_dir = ctx.work_dir / f"harness-{block}"
     cfg = plain_config(_config(ctx, total, run_dir))
-    L.seed_everything(cfg["seed"], verbose=False)
     clock = _StepClock(ctx.warmup, total)
     # attnlab-train's own lines (W&B offline, the validation interval) and the progress bar
     # belong to its runs, not to the bench's tables
     with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
-        datamodule = build_datamodule(cfg["data"], run_dir)
-        module = build_module(cfg, datamodule)
-        loggers = build_loggers(cfg, run_dir, "bench")
-        trainer, _ = build_trainer(cfg, run_dir, loggers)
-        trainer.callbacks.append(clock)
-        trainer.fit(module, datamodule=datamodule)  # the progress bar still draws, unseen
-        finish_wandb(loggers, {"status": Status.COMPLETED.value})
+        built = attach(build(cfg, run_dir), cfg, run_dir, "bench")  # as attnlab-train's run
+        built.trainer.callbacks.append(clock)
+        built.trainer.fit(built.module, datamodule=built.datamodule)  # progress bar unseen
+        finish_wandb(built.loggers, {"status": Status.COMPLETED.value})
     return clock.per_step()
 
 
@@ -104,14 +99,14 @@ def harness_device(ctx: Context) -> torch.device:
 def _plain_block(ctx: Context) -> float:
     """Seconds per step of a plain loop: the same module's model, optimizer and schedule
     (configure_optimizers), clipping and precision, over the same data loader."""
-    from attnlab.pipeline.build import build_datamodule, build_module
+    from attnlab.pipeline.build import build
 
     cfg = plain_config(_config(ctx, ctx.warmup + ctx.steps, ctx.work_dir / "plain"))
-    L.seed_everything(cfg["seed"], verbose=False)
-    datamodule = build_datamodule(cfg["data"], ctx.work_dir / "plain")
+    built = build(cfg, ctx.work_dir / "plain")  # seeded as attnlab-train's run
+    datamodule = built.datamodule
     datamodule.setup("fit")
     device = harness_device(ctx)
-    module = build_module(cfg, datamodule).to(device)
+    module = built.module.to(device)
     model, clip = module.model.train(), cfg["trainer"]["gradient_clip_val"]
     optimizers = module.configure_optimizers()
     optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]

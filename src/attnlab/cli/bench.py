@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.verbose:
         _quiet_libraries()
     sections = [s for s in SECTIONS if getattr(args, s)] or list(SECTIONS)
-    from attnlab.config.preflight import ConfigError
+    from attnlab.config.compose import ConfigError
 
     try:
         ctx = _context(args)

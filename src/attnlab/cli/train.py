@@ -5,9 +5,10 @@
     attnlab-train -m model.norm_position=pre,post seed=1,2,3
     attnlab-train --help                            # config groups and options
 
-The command line is checked first (attnlab.config.preflight: one line, exit 2); then Hydra runs
-attnlab.pipeline.train.train once per job. The exit code is that of the worst job
-(attnlab.runs.status.EXIT_CODES), whichever launcher ran the jobs (attnlab.runs.multirun).
+The command line is checked first (attnlab.pipeline.preflight: every job built dry, one line,
+exit 2); then Hydra runs attnlab.pipeline.train.train once per job, which builds it for real.
+The exit code is that of the worst job (attnlab.runs.status.EXIT_CODES), whichever launcher ran
+the jobs (attnlab.runs.multirun).
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ from attnlab.runs.status import Status
 PROG = programs.TRAIN
 
 _EXIT_STATUSES: list[str] = []  # a single run's status (it runs in this process)
-# The preflight checked every job's config in this process (not --help, not another sweeper):
-# jobs that run here need not be checked again (jobs on other machines or processes are).
-_CHECKED_HERE = False
 
 
 def _task(cfg) -> dict:
@@ -30,23 +28,18 @@ def _task(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from attnlab.config.run import ConfigRefused
-    from attnlab.config.trainer_check import REMOTE_LAUNCHERS
+    from attnlab.pipeline.build import ConfigRefused
     from attnlab.pipeline.train import train
     from attnlab.runs.identity import RunConfigChanged
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.group is None:
         cfg.group = cfg.name  # the jobs of a sweep share a W&B group (set `group` to choose)
-    # Checked by the preflight in this process, unless the launcher runs the job elsewhere:
-    # train() checks it on the job's machine otherwise (attnlab.config.run).
-    checked = (
-        _CHECKED_HERE and hydra_cfg.runtime.choices.get("hydra/launcher") not in REMOTE_LAUNCHERS
-    )
     try:
-        results = train(cfg, overrides=list(hydra_cfg.overrides.task), validated=checked)
+        results = train(cfg, overrides=list(hydra_cfg.overrides.task))
     except (ConfigRefused, RunConfigChanged) as err:  # nothing was written: one line, exit 2
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+        for line in str(err).splitlines():
+            print(f"{PROG}: error: {line}", file=sys.stderr)
         _EXIT_STATUSES.append(Status.CONFIG_ERROR)
         return {"status": Status.CONFIG_ERROR, "error": str(err)}
     _EXIT_STATUSES.append(results.get("status", Status.FAILED))
@@ -66,14 +59,12 @@ def _main() -> None:
     import hydra
 
     from attnlab.config.location import conf_dir
-    from attnlab.config.preflight import preflight
     from attnlab.config.resolvers import register as register_resolvers
+    from attnlab.pipeline.preflight import preflight
     from attnlab.runs.status import exit_code
 
-    global _CHECKED_HERE
     register_resolvers()
     jobs = preflight(sys.argv[1:], conf_dir(), prog=PROG)
-    _CHECKED_HERE = jobs is not None
     if not _is_multirun(sys.argv[1:]):
         hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
         sys.exit(exit_code(_EXIT_STATUSES))

@@ -7,9 +7,8 @@ its `_target_`, so composing checks types (`data.max_tokens=lots` fails) and unk
 The harness wires two defaults: the data follow the run's `${seed}`, and synthetic data the
 model's `${model.arch}` (which decides the batch format). conf/data/<option>.yaml names
 `/<ConfigStore name>@_here_` in its defaults. Rules between values are the DataModules' own
-(`own_problems`); the preflight runs them without building a module, for text data through
-attnlab.config.data_check.check_data_config (every file read too), for synthetic data in
-attnlab.config.validate.
+(`own_problems`), raised by their constructors when the run is built (attnlab.pipeline.build); a
+text data module's `check` also reads every file first.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ classes (a `_target_` each), which check their arguments when built. None of the
 `attnlab-train --help` answers without loading it; attnlab.config.plain.to_plain turns the Enums
 back into plain strings.
 
-Checks between fields (d_model divisible by n_heads, ...) run later, in attnlab.config.validate.
+Checks between fields (d_model divisible by n_heads, ...) are the constructors' own, asked when
+the run is built (attnlab.pipeline.build; the preflight builds it dry).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from attnlab.config.data_schema import DATA_SCHEMAS
-from attnlab.config.plain import to_plain
 from attnlab.config.resolvers import register as register_resolvers
 from attnlab.config.structured import structured
 from attnlab.config.trainer_schema import TrainerConfig
@@ -55,12 +55,6 @@ ModelConfig = structured(
     doc="TransformerConfig minus vocab_size and pad_id (from the data), plus the harness "
     "switches HARNESS_MODEL_KEYS.",
 )
-
-
-def model_options(model) -> dict:
-    """cfg.model as TransformerConfig's options: plain values, without HARNESS_MODEL_KEYS."""
-    options = dict(model) if isinstance(model, dict) else to_plain(model)
-    return {k: v for k, v in options.items() if k not in HARNESS_MODEL_KEYS}
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 from attnlab.data.options import TASK_OF_ARCH
 from attnlab.data.problems import NAMES as PROBLEMS
+from attnlab.data.vocab import NUM_SPECIAL
 
 SyntheticTask = Literal[PROBLEMS]  # the modules of attnlab.data.problems
 ModelArch = Literal[tuple(TASK_OF_ARCH)]  # the model's arch, which picks the batch format
@@ -166,3 +167,13 @@ def options_of(config_class: type, options: Mapping, owner: str):
     if unknown:
         raise ValueError(unknown_problem(config_class, unknown[0], owner))
     return config_class(**options)
+
+
+def planned_vocab_size(data: Mapping) -> int:
+    """The vocabulary a data config will give, known before the data module is built: the
+    synthetic problems' symbols, the special ids and, for a decoder-only model, the separator
+    (attnlab.data.synthetic.SymbolTokenizer); otherwise the size asked of the tokenizer, which
+    is trained later (or the smallest a model takes, where the config does not ask one)."""
+    if "n_symbols" in data:
+        return NUM_SPECIAL + int(data["n_symbols"]) + (data.get("arch") == "decoder_only")
+    return int(data.get("vocab_size") or NUM_SPECIAL + 1)

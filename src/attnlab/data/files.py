@@ -6,8 +6,8 @@ key, e.g.
     data.train_tgt: /p/train.de.gz: 28999 lines but data.train_src /p/train.en.gz has 29000; ...
     data.path: /p/x.txt.gz: not a valid gzip file (truncated: ...)
 
-The DataModules name their files (`expected_files`) as DataFile records; the data preflight
-(attnlab.config.data_check) runs these checks over them.
+The DataModules name their files (`expected_files`) as DataFile records; a text DataModule's
+`check` (attnlab.data.text) runs these checks over them.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.configs import TextDataConfig, defaults_of, unknown_problem
-from attnlab.data.files import GZIP_MAGIC, DataFile
+from attnlab.data.files import GZIP_MAGIC, DataFile, as_path, file_problems
 from attnlab.data.pairs import padded
 from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.tokenizer import (
@@ -174,7 +174,7 @@ class TokenizedDataModule(ResumableDataModule):
     `vocab_size`, so a harness may read `vocab_size` before `prepare_data` and `setup`.
     `tokenizer_path` skips training and uses that .model file (e.g. a run's tokenizer.model).
 
-    Argument checks, shared with the data preflight (attnlab.config.data_check.check_data_config):
+    Argument checks, shared with the data preflight (`check`, which the run's builder calls):
     each class states the rules for the arguments its own __init__ declares in the static
     `own_problems(args)`, and raises the first problem on construction; `arg_problems` runs
     the rules of the whole class hierarchy; `expected_files(args)` lists the files read.
@@ -219,6 +219,20 @@ class TokenizedDataModule(ResumableDataModule):
             integer_problem("data.max_tokens", args["max_tokens"], 1),
             integer_problem("data.num_workers", args["num_workers"], 0),
         )
+
+    @classmethod
+    def check(cls, data: Mapping) -> list[str]:
+        """One line per problem with the data config `data` (as in conf/data/*.yaml, `_target_`
+        and Hydra's other keys ignored); [] if fine. The class's own argument rules, then every
+        file it will read, in full (attnlab.data.files), without training a tokenizer or
+        downloading (a missing file that would be downloaded is not a problem)."""
+        kwargs = {k: v for k, v in data.items() if not (k.startswith("_") and k.endswith("_"))}
+        args, problems = cls.arguments(kwargs)
+        problems += cls.arg_problems(args) + ([] if problems else cls.place_problems(args))
+        groups = list(cls.expected_files(args))
+        if tokenizer_path := as_path(args.get("tokenizer_path")):
+            groups.append([DataFile("data.tokenizer_path", tokenizer_path, kind="sentencepiece")])
+        return problems + file_problems(groups)
 
     @classmethod
     def arguments(cls, kwargs: Mapping) -> tuple[dict, list[str]]:

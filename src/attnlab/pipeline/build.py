@@ -1,116 +1,319 @@
-"""The objects of one run, built from its config as plain Python (attnlab.config.run): the
-datamodule, the LightningModule, the loggers and the Trainer with its callbacks. Each is built
-once; attnlab.pipeline.train runs them.
+"""Every object of a run, built from its config; the preflight is the same build done dry.
+
+`build(cfg, run_dir, dry=...)` makes the model's TransformerConfig (once), the data module, the
+LightningModule with the model, the data's task and the optimizer and schedule partials, and
+the callbacks, each from its group's `_target_` (Hydra's `instantiate`); `attach` then adds the
+loggers and the Trainer once the run's record is started. Building is the check: each
+constructor refuses its own bad arguments in one line naming the key, and a rule between two
+groups is asked of the object that receives both: the data's task checks the model its batches
+feed (architecture, positions: attnlab.tasks.base), the module its optimizer, schedule and loss,
+a callback the run it joins (`check_run`: the time horizon against the schedule and
+trainer.max_time), and the Trainer's arguments are Lightning's to accept (trainer_problem, with
+the few values Lightning takes but cannot be meant). Any refusal raises ConfigRefused before
+anything is written.
+
+`dry=True` (attnlab.pipeline.preflight, for every job of a command line): nothing is written,
+trained or downloaded. The model's config comes first, sized to the vocabulary the data config
+plans (a bad model value is answered before torch loads), the model is built on the meta
+device, a text data module reads every file it will read (its `check`) without training its
+tokenizer, and the Trainer's arguments are given to Lightning without loggers or callbacks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import lightning as L
-from hydra.utils import get_class, instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_only
-
-from attnlab.config.schema import HARNESS_MODEL_KEYS
-from attnlab.data.resumable import make_resumable
-from attnlab.model import Transformer, TransformerConfig
+from attnlab.data.configs import planned_vocab_size
+from attnlab.data.vocab import PAD_ID
 from attnlab.pipeline.console import PROG, say
-from attnlab.runs import quiet
-from attnlab.runs.loggers import build_loggers
-from attnlab.tasks import task_named
-from attnlab.training.callbacks import LoggingStep, Preemption, RNGState, periodic_checkpoints
-from attnlab.training.environment import (
-    apply_gpu_memory_share,
-    cluster_plugins,
-    warn_if_bf16_is_emulated,
-)
-from attnlab.training.module import TransformerModule
-from attnlab.training.progress import progress_bar
-from attnlab.training.pruning import sweep_pruning
-from attnlab.training.short_runs import validation_interval, warmup_warning
-from attnlab.training.summary import ParamsSummary
+from attnlab.validation import integer_problem, raise_first
+
+
+class ConfigRefused(ValueError):
+    """A config a run cannot start with; nothing was written. `problems`: one line each."""
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 @dataclass
 class Built:
-    """The objects of one run."""
+    """The objects of one run (the loggers and the Trainer once attached)."""
 
-    datamodule: L.LightningDataModule
-    module: L.LightningModule
-    trainer: L.Trainer
-    loggers: list
-    preemption: Preemption
-
-
-def build(cfg: dict, run_dir: Path, name: str) -> Built:
-    """`cfg`: the run's config as plain Python (attnlab.config.run.run_config)."""
-    L.seed_everything(cfg["seed"], workers=True)
-    datamodule = build_datamodule(cfg["data"], run_dir)
-    module = build_module(cfg, datamodule)
-    loggers = build_loggers(cfg, run_dir, name)
-    trainer, preemption = build_trainer(cfg, run_dir, loggers)
-    return Built(datamodule, module, trainer, loggers, preemption)
+    datamodule: object
+    module: object
+    trainer: object | None = None
+    loggers: list = field(default_factory=list)
+    preemption: object | None = None
+    callbacks: list = field(default_factory=list)
 
 
-def build_datamodule(data: dict, run_dir: Path | None) -> L.LightningDataModule:
-    """The data group (plain) instantiated (resumable mid-epoch: attnlab.data.resumable); its
-    tokenizer saved into the run."""
-    datamodule = make_resumable(instantiate(data))  # a module of one's own too
-    if rank_zero_only.rank == 0 and hasattr(datamodule, "save_tokenizer"):
-        datamodule.save_tokenizer(run_dir)  # <run_dir>/tokenizer.model decodes checkpoints
+def build(cfg, run_dir: Path | None = None, dry: bool = False, local: bool = True) -> Built:
+    """The run of `cfg` (composed, or plain as attnlab.config.plain makes it): everything but
+    its loggers and Trainer, whose arguments are checked here and which `attach` adds once the
+    run's record is started. `local`: the jobs run on this machine (not a remote launcher's),
+    so the Trainer's device arguments are checked here. ConfigRefused (one line per problem)
+    if anything is refused; nothing is written until then."""
+    from attnlab.config.plain import plain_config
+
+    if not isinstance(cfg, dict) and dry:  # composed without a Hydra run: no output directory
+        cfg = cfg.copy()
+        cfg.paths.run_dir = str(run_dir or "<run_dir>")  # never written to
+    plain = cfg if isinstance(cfg, dict) else plain_config(cfg)
+    try:
+        return _build(plain, run_dir, dry, local)
+    except ConfigRefused:
+        raise
+    except ValueError as err:  # a constructor's own one-line refusal
+        raise ConfigRefused(str(err)) from None
+
+
+def _build(plain: dict, run_dir: Path | None, dry: bool, local: bool) -> Built:
+    raise_first([_optional_integer("torch_threads", plain.get("torch_threads"), 1)])
+    if dry:  # the model's own rules first: a bad value is answered before torch is loaded
+        config = model_config(plain["model"], planned_vocab_size(plain["data"]), PAD_ID)
+    else:
+        import lightning as L
+
+        L.seed_everything(plain["seed"], workers=True)
+    datamodule = build_datamodule(plain["data"], plain["trainer"])
+    if not dry:  # sized to the data's real vocabulary (a text data module's tokenizer trained)
+        config = model_config(plain["model"], datamodule.vocab_size, datamodule.pad_id)
+    module = build_module(plain, datamodule, config, dry)
+    raise_first([_resume_problem(str(plain.get("resume", "auto")), config, known=not dry)])
+    callbacks = build_callbacks(plain, module, run_dir or Path("."))
+    for key, node in plain["logger"].items():  # built by attach (W&B starts then): named here
+        if node:
+            located(node.get("_target_"), f"logger.{key}._target_")
+    raise_first([trainer_problem(plain["trainer"], plain["optim"], local)])
+    return Built(datamodule, module, callbacks=callbacks)
+
+
+def attach(built: Built, plain: dict, run_dir: Path, name: str) -> Built:
+    """The run's loggers (W&B starts here) and its Trainer, with the built callbacks."""
+    from attnlab.runs.loggers import build_loggers
+
+    loggers = build_loggers(plain, run_dir, name)
+    trainer, preemption = build_trainer(plain, built.callbacks, run_dir, loggers)
+    built.loggers, built.trainer, built.preemption = loggers, trainer, preemption
+    return built
+
+
+def _optional_integer(key: str, value, minimum: int) -> str | None:
+    return None if value is None else integer_problem(key, value, minimum)
+
+
+# --- the groups, each by its _target_ ---------------------------------------------------------
+
+
+def located(target, key: str):
+    """What `target` names (Hydra's get_object), or ConfigRefused naming `key`: the one line a
+    mistyped `_target_` gets, instead of a traceback from inside the run."""
+    from hydra.utils import get_object
+
+    logger = logging.getLogger("hydra.utils")  # get_object logs the error before raising it
+    level, logger.level = logger.level, logging.CRITICAL
+    try:
+        obj = get_object(str(target))
+    except Exception as err:  # ImportError (ModuleNotFoundError as its cause), ValueError
+        obj, why = None, _not_located(str(target), err)
+    else:
+        why = None if callable(obj) and not isinstance(obj, type(logging)) else (
+            "is not a class or function")  # fmt: skip
+    finally:
+        logger.level = level
+    if why:
+        raise ConfigRefused(
+            f"{key}={target!r} {why}; expected the dotted path of a class or function "
+            "(package.module.Name)"
+        )
+    return obj
+
+
+def _not_located(target: str, err: Exception) -> str:
+    """'cannot be found (module 'a.b' has no 'c')' where the module exists but not the name;
+    'cannot be imported (ModuleNotFoundError: ...)' where a module is missing or fails."""
+    cause = err.__cause__ or err
+    parts = target.split(".")
+    missing = getattr(cause, "name", None)
+    if isinstance(cause, ModuleNotFoundError) and missing in {
+        ".".join(parts[: i + 1]) for i in range(1, len(parts))
+    }:
+        i = missing.count(".")
+        return f"cannot be found (module {'.'.join(parts[:i])!r} has no {parts[i]!r})"
+    return f"cannot be imported ({type(cause).__name__}: {cause})"
+
+
+def instantiate_node(node: dict, key: str, **kwargs):
+    """Hydra's instantiate of a plain node whose `_target_` is checked first (located); the
+    constructor's own ValueError (one line naming its key) comes through as it is."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    located(node.get("_target_"), f"{key}._target_")
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__
+        if isinstance(cause, ValueError):
+            raise ConfigRefused(str(cause)) from None
+        raise ConfigRefused(f"{key} ({node.get('_target_')}) is not valid: {cause}") from None
+
+
+def build_datamodule(data: dict, trainer: dict):
+    """The data group (plain) instantiated, resumable mid-epoch (attnlab.data.resumable). A
+    class with a `check` (the text data) reads every file it will read first, and every problem
+    is a line; the data module then checks the world size it is split over."""
+    from attnlab.config.resolvers import world_size
+    from attnlab.data.batching import per_rank_batch_size
+    from attnlab.data.resumable import make_resumable
+    from attnlab.validation import is_integer
+
+    cls = located(data.get("_target_"), "data._target_")
+    problems = cls.check(data) if hasattr(cls, "check") else []
+    if problems:
+        raise ConfigRefused(problems)
+    raise_first([integer_problem("trainer.num_nodes", trainer.get("num_nodes", 1), 1)])
+    datamodule = make_resumable(instantiate_node(data, "data"))
+    world, batch_size = world_size(trainer), data.get("batch_size")
+    if world and is_integer(batch_size):  # a global batch, split over the ranks
+        per_rank_batch_size(batch_size, world)
     return datamodule
 
 
-def build_module(cfg: dict, datamodule) -> L.LightningModule:
-    """cfg.module's `_target_` (null: TransformerModule), given the built model (sized to the
-    data's vocabulary, with its pad id), the data's task (attnlab.tasks), the optimizer and
-    schedule partials (`_partial_` whether the config says so or not), the loss group's values
-    and the data's special ids. Any LightningModule whose constructor takes these keywords will
-    do (docs/training.md says what the run reads of it); TransformerModule stores them as plain
-    values, so its checkpoints reload with weights_only."""
-    options = {k: v for k, v in cfg["model"].items() if k not in HARNESS_MODEL_KEYS}
-    model_config = TransformerConfig.from_options(
-        options, vocab_size=datamodule.vocab_size, pad_id=datamodule.pad_id, prefix="model."
+def model_config(model: dict, vocab_size: int, pad_id: int):
+    """The TransformerConfig of cfg.model (plain; the harness's own keys dropped), sized to a
+    vocabulary: the one place a run's config becomes the model's. A bad value is one line
+    naming model.<field>."""
+    from attnlab.config.schema import HARNESS_MODEL_KEYS
+    from attnlab.model.config import TransformerConfig
+
+    options = {k: v for k, v in model.items() if k not in HARNESS_MODEL_KEYS}
+    return TransformerConfig.from_options(
+        options, vocab_size=vocab_size, pad_id=pad_id, prefix="model."
     )
-    target = cfg["module"].get("_target_")
-    module_class = get_class(target) if target else TransformerModule
+
+
+def build_module(plain: dict, datamodule, model_config, dry: bool = False):
+    """cfg.module's `_target_` (null: TransformerModule), given the model built from
+    `model_config`, the data's task (attnlab.tasks), the optimizer and schedule partials
+    (`_partial_` whether the config says so or not), the loss group's values and the data's
+    special ids. Any LightningModule whose constructor takes these keywords will do
+    (docs/training.md); TransformerModule checks them and stores them as plain values, so its
+    checkpoints reload with weights_only. `dry`: the model on the meta device."""
+    import torch
+
+    from attnlab.model import Transformer
+    from attnlab.model.config import prefix_fields
+    from attnlab.tasks import task_named
+    from attnlab.training.module import TransformerModule
+
+    task = task_named(datamodule.task) if getattr(datamodule, "task", None) else None
+    raise_first([task.fit_problem(datamodule, model_config) if task else None])
+    target = plain["module"].get("_target_")
+    module_class = located(target, "module._target_") if target else TransformerModule
+    try:
+        with torch.device("meta" if dry else torch.get_default_device()):
+            model = Transformer(model_config)
+    except ValueError as err:  # a component's own rule (its positional encoding's)
+        raise ConfigRefused(prefix_fields(str(err), "model.")) from None
+    loss = plain["loss"]
     return module_class(
-        model=Transformer(model_config),
-        task=task_named(datamodule.task) if getattr(datamodule, "task", None) else None,
-        optim=instantiate(cfg["optim"], _partial_=True, _convert_="all"),
-        scheduler=instantiate(cfg["scheduler"], _partial_=True, _convert_="all"),
-        label_smoothing=cfg["loss"]["label_smoothing"],
-        z_loss=cfg["loss"]["z_loss"],
-        loss_normalize=cfg["loss"]["normalize"],
+        model=model,
+        task=task,
+        optim=instantiate_node(plain["optim"], "optim", _partial_=True, _convert_="all"),
+        scheduler=instantiate_node(
+            plain["scheduler"], "scheduler", _partial_=True, _convert_="all"
+        ),  # fmt: skip
+        label_smoothing=loss["label_smoothing"],
+        z_loss=loss["z_loss"],
+        loss_normalize=loss["normalize"],
         bos_id=datamodule.bos_id,
         eos_id=datamodule.eos_id,
-        max_steps=cfg["trainer"]["max_steps"],
-        exact_match=exact_match_enabled(cfg, datamodule),
-        compile=bool(cfg["model"].get("compile", False)),
+        max_steps=plain["trainer"]["max_steps"],
+        exact_match=exact_match_enabled(plain, datamodule),
+        compile=bool(plain["model"].get("compile", False)),
     )
 
 
-def exact_match_enabled(cfg: dict, datamodule) -> bool:
+def _resume_problem(resume: str, model_config, known: bool) -> str | None:
+    """resume=<file>: an existing, readable attnlab checkpoint of this architecture (its
+    vocabulary compared where `known`: not in a dry build, whose vocabulary is planned)."""
+    if resume in ("auto", "never"):
+        return None
+    if not Path(resume).is_file():
+        return (
+            f"resume={resume!r} is not valid; expected auto, never or the path of an existing "
+            "checkpoint file"
+        )
+    from attnlab.runs.checkpoints import resume_problem
+
+    options = model_config.to_dict()
+    if not known:
+        options.pop("vocab_size")
+    problem = resume_problem(Path(resume), options)
+    if problem:
+        return (
+            f"resume={resume} {problem}; expected a checkpoint of this model, or resume=auto / "
+            "never"
+        )
+    return None
+
+
+def exact_match_enabled(plain: dict, datamodule) -> bool:
     """cfg["exact_match"], where null means the data module's (class's) `exact_match` default:
     True for the synthetic tasks, where greedy-decoding every evaluation sequence is the
     measure; False (or absent) for text, where it is slow and near 0."""
-    if cfg.get("exact_match") is not None:
-        return bool(cfg["exact_match"])
+    if plain.get("exact_match") is not None:
+        return bool(plain["exact_match"])
     return getattr(datamodule, "exact_match", False) is True
 
 
-def build_trainer(cfg: dict, run_dir: Path, loggers: list) -> tuple[L.Trainer, Preemption]:
-    """lightning.Trainer from cfg["trainer"], with the configured callbacks, periodic
-    checkpoints, preemption handling and RNG state in checkpoints."""
-    callbacks = [instantiate(c) for c in cfg["callbacks"].values() if c]
-    ckpt_dir = run_dir / "checkpoints"
-    callbacks += periodic_checkpoints(ckpt_dir, **cfg["checkpoint"])
-    preemption = Preemption(ckpt_dir)
-    callbacks += [preemption, RNGState(), LoggingStep()]
+def build_callbacks(plain: dict, module, run_dir: Path) -> list:
+    """The callbacks group instantiated; each that has `check_run` is asked about the run it
+    joins (the module's schedule, the Trainer's arguments); then the periodic checkpoints."""
+    from attnlab.training.callbacks import periodic_checkpoints
+
+    callbacks = []
+    for key, node in plain["callbacks"].items():
+        if not node:
+            continue
+        callback = instantiate_node(node, f"callbacks.{key}")
+        if hasattr(callback, "check_run"):
+            raise_first([callback.check_run(f"callbacks.{key}", module, plain["trainer"])])
+        callbacks.append(callback)
+    return callbacks + periodic_checkpoints(run_dir / "checkpoints", **plain["checkpoint"])
+
+
+# --- the Trainer ------------------------------------------------------------------------------
+
+
+def build_trainer(plain: dict, callbacks: list, run_dir: Path, loggers: list):
+    """lightning.Trainer from cfg["trainer"], with the callbacks, preemption handling, RNG
+    state in checkpoints, the progress bar and the summary; (trainer, preemption)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from attnlab.runs import quiet
+    from attnlab.training.callbacks import LoggingStep, Preemption, RNGState
+    from attnlab.training.environment import (
+        apply_gpu_memory_share,
+        cluster_plugins,
+        warn_if_bf16_is_emulated,
+    )
+    from attnlab.training.progress import progress_bar
+    from attnlab.training.pruning import sweep_pruning
+    from attnlab.training.short_runs import validation_interval, warmup_warning
+    from attnlab.training.summary import ParamsSummary
+
+    preemption = Preemption(run_dir / "checkpoints")
+    callbacks = [*callbacks, preemption, RNGState(), LoggingStep()]
     callbacks += sweep_pruning()  # a trial of a searched sweep (attnlab.sweeps.search)
-    kwargs = dict(cfg["trainer"])
+    kwargs = dict(plain["trainer"])
     callbacks += progress_bar(kwargs.get("enable_progress_bar", True))
     if kwargs.get("enable_model_summary", True):
         callbacks.append(ParamsSummary())  # Lightning's, without a FLOPs column of zeros
@@ -120,7 +323,7 @@ def build_trainer(cfg: dict, run_dir: Path, loggers: list) -> tuple[L.Trainer, P
         kwargs.get("accumulate_grad_batches", 1),
     )  # fmt: skip
     kwargs["val_check_interval"] = interval
-    for line in (why, warmup_warning(cfg["scheduler"], kwargs.get("max_steps"))):
+    for line in (why, warmup_warning(plain["scheduler"], kwargs.get("max_steps"))):
         if line:
             say(line)
     trainer = L.Trainer(
@@ -139,3 +342,89 @@ def build_trainer(cfg: dict, run_dir: Path, loggers: list) -> tuple[L.Trainer, P
         warn_if_bf16_is_emulated(trainer, PROG)
     apply_gpu_memory_share()  # attnlab-sweep --trials-per-gpu K: 1/K of each GPU's memory
     return trainer, preemption
+
+
+_FP16_MIXED = ("16-mixed", "16")
+# Lightning's order of resolving the Trainer's arguments: the device keys first.
+_FIRST = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+
+
+def trainer_problem(trainer: dict, optim: dict, local: bool = True) -> str | None:
+    """Why lightning.Trainer would refuse `trainer` (cfg.trainer) on this machine, or None: the
+    few values Lightning takes but cannot be meant (a negative clipping threshold, fp16 on a
+    CPU, a fused optimizer under fp16's scaler), then Lightning's own refusal, found by
+    building a Trainer from these arguments alone; the offending key is the first that, added
+    to those before it, is refused. Not `local` (a remote launcher's jobs): the device keys are
+    the other machine's, and only the values are checked."""
+    clip = trainer.get("gradient_clip_val")
+    problem = next((p for p in (
+        None if clip is None else _number_problem("trainer.gradient_clip_val", clip, 0.0),
+        integer_problem("trainer.accumulate_grad_batches",
+                        trainer.get("accumulate_grad_batches", 1), 1),
+        _fused_problem(optim, trainer),
+    ) if p), None)  # fmt: skip
+    if problem or not local:
+        return problem
+    precision = str(trainer.get("precision", "32-true"))
+    if precision in _FP16_MIXED and _accelerator(trainer) == "cpu":
+        return (
+            f"trainer.precision={precision} is not supported on a CPU (Lightning would use "
+            "bf16-mixed instead); expected 32-true or bf16-mixed, or trainer.accelerator=gpu"
+        )
+    if _refusal(trainer) is None:
+        return None
+    ordered = [k for k in _FIRST if k in trainer] + [k for k in trainer if k not in _FIRST]
+    for i, key in enumerate(ordered):
+        error = _refusal({k: trainer[k] for k in ordered[: i + 1]})
+        if error is not None:
+            return (
+                f"trainer.{key}={trainer[key]!r} is not valid here: {' '.join(str(error).split())}"
+            )
+    return None
+
+
+def _number_problem(key: str, value, low: float) -> str | None:
+    from attnlab.validation import number_problem
+
+    return number_problem(key, value, low)
+
+
+def _fused_problem(optim: dict, trainer: dict) -> str | None:
+    """A fused optimizer unscales 16-mixed's gradients inside its step, too late for clipping
+    (a rule between the optimizer and the Trainer, asked by their builder)."""
+    if optim.get("fused") and str(trainer.get("precision")) in _FP16_MIXED:
+        return (
+            f"optim.fused=true does not work with trainer.precision={trainer['precision']} "
+            "(its gradient scaler must unscale before clipping); expected optim.fused=null or "
+            "false, or trainer.precision=bf16-mixed"
+        )
+    return None
+
+
+def _accelerator(trainer: dict) -> str:
+    accelerator = str(trainer.get("accelerator", "auto"))
+    if accelerator == "auto":
+        import torch
+
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    return accelerator
+
+
+def _refusal(kwargs: dict) -> Exception | None:
+    """Lightning's exception for these Trainer arguments alone (quietly), or None."""
+    import warnings
+
+    import lightning as L
+
+    logger = logging.getLogger("lightning.pytorch")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            L.Trainer(**kwargs, logger=False, enable_checkpointing=False, callbacks=[])
+    except Exception as err:  # MisconfigurationException, ValueError, RuntimeError, ...
+        return err
+    finally:
+        logger.setLevel(level)
+    return None

@@ -17,15 +17,10 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config.run import run_config
-from attnlab.pipeline.build import Built, build
+from attnlab.config.plain import plain_config
+from attnlab.pipeline.build import Built, attach, build
 from attnlab.pipeline.console import say
-from attnlab.runs.checkpoints import (
-    checkpoint_problem,
-    find_resume_checkpoint,
-    has_step,
-    link_same_steps,
-)
+from attnlab.runs.checkpoints import find_resume_checkpoint, has_step, link_same_steps
 from attnlab.runs.dotted import flatten
 from attnlab.runs.guard import RunState, run_guard
 from attnlab.runs.identity import RunConfigChanged, config_drift
@@ -38,46 +33,50 @@ from attnlab.runs.wandb import finish_wandb, wandb_id
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
-def train(cfg: DictConfig, overrides: list[str] | None = None, validated: bool = False) -> dict:
+def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Fit, test and record one run of the composed config `cfg`; return results.json's content.
 
-    `overrides` are the command-line overrides (for the run name and the record). `validated`:
-    the caller already ran validate_config on this config (attnlab-train's preflight, in this
-    process). On an exception the record says "failed" (or "interrupted") and the exception
-    propagates.
+    `overrides` are the command-line overrides (for the run name and the record). The run is
+    built first (attnlab.pipeline.build: building is the check), so a refused config raises
+    ConfigRefused with nothing written; on a later exception the record says "failed" (or
+    "interrupted") and the exception propagates.
     """
     overrides = list(overrides or [])
-    plain = run_config(cfg, checked=validated)  # the one call into attnlab.config
+    plain = plain_config(cfg)
     run_dir = Path(plain["paths"]["run_dir"])
     previous = RunRecord.read(run_dir)
     if _already_completed(cfg, plain, run_dir, previous):
         return previous
-    ckpt_path = _resume_checkpoint(plain, run_dir, previous)
-    state = _start_record(cfg, run_dir, overrides, previous, ckpt_path)
-    with _torch_threads(plain["torch_threads"]), run_guard(state):
-        built = build(plain, run_dir, run_name_of(plain, overrides))
-        state.loggers, state.trainer = built.loggers, built.trainer
-        _log_config(plain, built, state)
-        resume_collector()  # if attnlab-train paused it: the start-up's objects frozen first
-        try:
-            built.trainer.fit(
-                built.module,
-                datamodule=built.datamodule,
-                ckpt_path=str(ckpt_path) if ckpt_path else None,
-                weights_only=True,
-            )
-        except SystemExit:
-            # A second Ctrl-C: Lightning stops at once and calls exit(1); the run is interrupted
-            # all the same (exit 4, with its closing line), not failed.
-            if not built.trainer.interrupted:
-                raise
-        status = _final_status(built)
-        metrics = _scalars(built.trainer.callback_metrics)
-        if status in (Status.COMPLETED, Status.PRUNED):
-            _one_file_per_step(built.trainer, run_dir / "checkpoints")
-        if status in (Status.COMPLETED, Status.DEBUG):
-            metrics.update(_test(built))
-        return _finish(state, built, status, metrics)
+    with _torch_threads(plain["torch_threads"]):
+        built = build(plain, run_dir)
+        ckpt_path = _resume_checkpoint(plain, run_dir, previous)
+        state = _start_record(cfg, run_dir, overrides, previous, ckpt_path)
+        with run_guard(state):
+            attach(built, plain, run_dir, run_name_of(plain, overrides))
+            state.loggers, state.trainer = built.loggers, built.trainer
+            if rank_zero_only.rank == 0 and hasattr(built.datamodule, "save_tokenizer"):
+                built.datamodule.save_tokenizer(run_dir)  # tokenizer.model decodes checkpoints
+            _log_config(plain, built, state)
+            resume_collector()  # if attnlab-train paused it: the start-up's objects frozen first
+            try:
+                built.trainer.fit(
+                    built.module,
+                    datamodule=built.datamodule,
+                    ckpt_path=str(ckpt_path) if ckpt_path else None,
+                    weights_only=True,
+                )
+            except SystemExit:
+                # A second Ctrl-C: Lightning stops at once and calls exit(1); the run is
+                # interrupted all the same (exit 4, with its closing line), not failed.
+                if not built.trainer.interrupted:
+                    raise
+            status = _final_status(built)
+            metrics = _scalars(built.trainer.callback_metrics)
+            if status in (Status.COMPLETED, Status.PRUNED):
+                _one_file_per_step(built.trainer, run_dir / "checkpoints")
+            if status in (Status.COMPLETED, Status.DEBUG):
+                metrics.update(_test(built))
+            return _finish(state, built, status, metrics)
 
 
 # --- resumption ------------------------------------------------------------------------------
@@ -105,10 +104,7 @@ def _resume_checkpoint(plain: dict, run_dir: Path, previous: dict | None) -> Pat
     if resume == "auto" and previous is not None:
         path = find_resume_checkpoint(run_dir, say=say)
     elif resume not in ("auto", "never"):
-        path = Path(resume)
-        problem = checkpoint_problem(path)
-        if problem:
-            raise ValueError(f"resume={resume}: cannot load this checkpoint ({problem})")
+        path = Path(resume)  # checked by the build (attnlab.pipeline.build)
     if path is not None:
         say(f"resuming from {path}")
     return path

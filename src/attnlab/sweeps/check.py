@@ -1,5 +1,5 @@
 """Every trial of a sweep checked before any starts: attnlab-train's own preflight
-(attnlab.config.preflight.check: compose, validate, what Lightning would refuse here) on each
+(attnlab.pipeline.preflight.check: compose, build dry, what Lightning would refuse here) on each
 trial's overrides, the grid and the command line's extra overrides together. A typo in a swept
 key, a bad value in one arm or a bad extra override is then one line per problem, before the
 valid arms train; without it the sweep would fail trial by trial.
@@ -36,7 +36,8 @@ def trial_overrides(trial: Trial) -> list[str]:
 def check_trials(trials: Sequence[Trial], config_dir: Path | str) -> list[tuple[list[Trial], str]]:
     """The problems of the trials, each once with the trials that have it: [(trials, one-line
     message)], in trial order; [] when every trial would start."""
-    from attnlab.config.preflight import ConfigError, check
+    from attnlab.config.compose import ConfigError
+    from attnlab.pipeline.preflight import check
 
     verdicts: dict[tuple, str | None] = {}
     problems: dict[str, list[Trial]] = {}

@@ -32,6 +32,16 @@ class Task:
             f"expected model.arch={self.arch!r} (or data that batches for {arch})"
         )
 
+    def fit_problem(self, datamodule, config) -> str | None:
+        """Unless `datamodule` (whose batches are this task's) can feed a model of `config` (a
+        TransformerConfig): the model's arch reads this task's batches (a token stream cannot
+        train an encoder-decoder; sentence pairs follow model.arch, attnlab.data.pairs), and
+        its positional encoding represents the data's longest sequence (`max_seq_len`, where
+        the data states one). The run's builder asks (attnlab.pipeline.build)."""
+        if config.arch != self.arch:
+            return _arch_hint(datamodule, self.name, config.arch)
+        return _positions_problem(getattr(datamodule, "max_seq_len", None), config)
+
     def inputs(self, batch: dict) -> tuple[Tensor, ...]:
         """The model's teacher-forced inputs: model(*inputs) gives logits (B, T, V)."""
         raise NotImplementedError
@@ -68,3 +78,42 @@ class Decoding:
     length_penalty: float = 0.6
     max_len_a: float = 1.0
     max_len_b: int = 50
+
+
+# What to train on data of a task instead: {data option: (model option, experiment preset)}.
+_FITS = {
+    "lm": {
+        "lm_text": ("model=lm_small", None),
+        "tinyshakespeare": ("model=lm_small", "tinyshakespeare"),
+    },
+}
+
+
+def _arch_hint(datamodule, task: str, arch: str) -> str:
+    """The line for data of `task` that a model.arch=`arch` cannot read, naming a model (and an
+    experiment preset) that can, where the data is a shipped option."""
+    name = getattr(datamodule, "option", "") or type(datamodule).__name__
+    model, preset = _FITS.get(task, {}).get(name, (None, None))
+    other = "decoder_only" if task == "lm" else "encoder_decoder"
+    article = "an" if other[0] in "ae" else "a"
+    hint = f"; for data={name} use {article} {other} model such as {model}" if model else ""
+    hint += f" or experiment={preset}" if preset else ""
+    needed = "seq2seq" if arch == "encoder_decoder" else "lm"
+    return (
+        f"model.arch={arch!r} cannot train on data={name!r} ({task} data): "
+        f"{'an' if arch[0] in 'ae' else 'a'} {arch} model needs {needed} data{hint}"
+    )
+
+
+def _positions_problem(needed: int | None, config) -> str | None:
+    """Unless the model's positional encoding represents `needed` positions (the one home of the
+    rule; attnlab.model.positions: only learned positions have a limit, model.max_len)."""
+    from attnlab.model.positions import encoding_class
+
+    limit = encoding_class(config.pos_encoding).limit(config)
+    if needed is None or limit is None or limit >= needed:
+        return None
+    return (
+        f"model.max_len={limit} is shorter than the longest sequence of the data ({needed}); "
+        f"{config.pos_encoding} positions need model.max_len >= {needed}"
+    )

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from attnlab.validation import integer_problem, raise_first
+
 
 class Preemption(L.Callback):
     """On SIGTERM or SIGINT, finish the current optimizer step, write `<dirpath>/last.ckpt`,
@@ -176,6 +178,12 @@ def periodic_checkpoints(
 ) -> list[ModelCheckpoint]:
     """ModelCheckpoints every N steps and every M minutes of training (the paper wrote one every
     10 minutes), each keeping its newest `keep_last` files, for resumption and averaging."""
+    for key, value in (("every_n_steps", every_n_steps), ("every_minutes", every_minutes)):
+        if value is not None and not value > 0:
+            raise ValueError(
+                f"checkpoint.{key}={value} is not valid; expected a positive number or null"
+            )
+    raise_first([integer_problem("checkpoint.keep_last", keep_last, 1)])
     common = dict(
         dirpath=str(dirpath),
         auto_insert_metric_name=False,

@@ -38,10 +38,11 @@ from attnlab.tasks.base import Task
 from attnlab.training.diagnostics import probe
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss, z_loss
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
-from attnlab.training.optimizer import optimizer_from_config
+from attnlab.training.optimizer import check_optimizer, optimizer_from_config
 from attnlab.training.options import LOSS_NORMALIZATIONS
 from attnlab.training.schedules import lr_lambda, peak_of, schedule_from_config
 from attnlab.training.specs import as_spec
+from attnlab.validation import choice_problem, number_problem, raise_first
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 
@@ -84,11 +85,7 @@ class TransformerModule(L.LightningModule):
         task: Task | str | None = None,
     ) -> None:
         super().__init__()
-        if loss_normalize not in LOSS_NORMALIZATIONS:
-            raise ValueError(
-                f"loss.normalize={loss_normalize!r} is not valid; "
-                f"expected one of: {', '.join(LOSS_NORMALIZATIONS)}"
-            )
+        _check_arguments(optim, label_smoothing, z_loss, loss_normalize)
         if (task or self.default_task) is None:
             raise ValueError("TransformerModule needs a task; expected one of the data's tasks")
         self.task = task if isinstance(task, Task) else task_named(task or self.default_task)
@@ -109,6 +106,11 @@ class TransformerModule(L.LightningModule):
             scheduler=as_spec(scheduler, "scheduler"),
             task=self.task.name,
         )
+        try:  # the schedule checks its own arguments when built, with this run's d_model
+            self.schedule()
+        except TypeError as err:  # a key the schedule's class does not take
+            target = as_spec(scheduler, "scheduler").get("_target_")
+            raise ValueError(f"scheduler ({target}) is not valid: {err}") from None
         if compile:  # in place: self.model's parameters and state_dict keys stay as they are
             self.model.compile()
         self.pad_id, self.bos_id, self.eos_id = self.config.pad_id, bos_id, eos_id
@@ -386,6 +388,20 @@ class TransformerModule(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
+
+
+def _check_arguments(optim, label_smoothing, z_loss, loss_normalize) -> None:
+    """TransformerModule's own arguments, one line naming the key (a checkpoint's optimizer, a
+    dict, was checked when its run was built)."""
+    raise_first(
+        [
+            number_problem("loss.label_smoothing", label_smoothing, 0.0, 1.0),
+            number_problem("loss.z_loss", z_loss, 0.0),
+            choice_problem("loss.normalize", loss_normalize, LOSS_NORMALIZATIONS),
+        ]
+    )
+    if isinstance(optim, functools.partial):  # a new run's
+        check_optimizer(as_spec(optim, "optim"))
 
 
 class Seq2SeqModule(TransformerModule):

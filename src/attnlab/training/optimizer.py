@@ -124,6 +124,11 @@ def check_optimizer(optim: dict) -> None:
             "optim.lr is not an argument here; the peak learning rate has one home, which every "
             "schedule reads: use scheduler.peak_lr"
         )
+    if optim.get("fused") and optim.get("foreach"):  # two implementations: at most one
+        raise ValueError(
+            "optim.fused=true and optim.foreach=true cannot both be set; expected at most one "
+            "of them true (both null: the fastest one torch supports)"
+        )
     betas = optim.get("betas")
     problems = [
         number_problem("optim.eps", optim["eps"], 0.0) if "eps" in optim else None,

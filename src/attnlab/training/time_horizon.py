@@ -48,11 +48,16 @@ class TimeBudgetHorizon(L.Callback):
         self._cap: int | None = None
         self._first = 0  # the step this attempt started at
 
+    def check_run(self, key: str, module, trainer: dict) -> str | None:
+        """The run this callback joins (attnlab.pipeline.build asks): a time budget
+        (trainer.max_time) and a schedule with a horizon (the module's)."""
+        return horizon_problem(key, trainer.get("max_time"), module.schedule())
+
     def on_train_start(self, trainer, pl_module) -> None:
         timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
         schedule = pl_module.schedule()
         problem = horizon_problem("callbacks.time_horizon", timer, schedule)
-        if problem:  # attnlab-train's preflight refuses these configs before this
+        if problem:  # the build refuses these configs (check_run) before this
             raise ValueError(problem)
         self._timer, self._schedule = timer, schedule
         self._cap = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None

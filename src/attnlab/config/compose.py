@@ -1,9 +1,7 @@
-"""Preflight for attnlab-train: a bad value ends in one line on stderr and exit code 2.
-
-Hydra reports composition errors over several lines (and a failed run with a traceback), so
-before handing over to the Hydra app, `preflight` composes the config with Hydra's compose API
-using the same overrides (each point of a `-m` sweep), runs `validate_config` on it, and turns
-any error into e.g.
+"""The command line composed, and its errors in one line naming the key: Hydra reports a
+composition error over several lines (and a failed run with a traceback), so the preflight
+(attnlab.pipeline.preflight) composes each job with Hydra's compose API and turns any error into
+e.g.
 
     attnlab-train: error: model.pos_encoding='foo' is not valid; expected one of: sinusoidal, ...
 """
@@ -12,38 +10,17 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import attnlab.config.schema  # noqa: F401 (registers the schemas in Hydra's ConfigStore)
-from attnlab import programs
-from attnlab.config.data_check import DataConfigError
-from attnlab.config.plain import to_plain
-from attnlab.config.trainer_check import REMOTE_LAUNCHERS, trainer_problem
 from attnlab.config.trainer_schema import ATTNLAB_SETS
-from attnlab.config.validate import validate_config
-from attnlab.validation import raise_first
-
-# Flags after which Hydra prints something instead of running: nothing to check.
-_INFO_FLAGS = (
-    "help",
-    "hydra_help",
-    "version",
-    "cfg",
-    "info",
-    "shell_completion",
-    "resolve",
-    "experimental_rerun",
-)
-
 
 # Keys that have moved, and where to: an override of one is told, not just refused.
 MOVED_KEYS = {
@@ -72,32 +49,10 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
     return [point for batch in batches for point in batch]
 
 
-def check(
-    config_dir: Path | str, overrides: list[str], multirun: bool = False, config_name: str = "train"
-) -> int:
-    """Compose and validate the config(s) the command would run (ConfigError if one is bad),
-    with what lightning.Trainer would refuse on this machine (unless the launcher runs the
-    jobs elsewhere); the number of jobs."""
-    local = not any(o.split("=")[-1] in REMOTE_LAUNCHERS for o in overrides if "launcher=" in o)
-    checked: set[str] = set()
-    try:
-        points = sweep_points(overrides) if multirun else [overrides]
-        for point in points:
-            cfg = compose_config(config_dir, point, config_name)
-            validate_config(cfg)
-            trainer = to_plain(cfg.trainer)
-            if local and repr(trainer) not in checked:
-                checked.add(repr(trainer))
-                raise_first([trainer_problem(trainer)])
-    except (HydraException, OmegaConfBaseException, ValueError) as err:
-        raise ConfigError(describe(err)) from None
-    return len(points)
-
-
 def describe(err: BaseException) -> str:
     """One line for a Hydra / OmegaConf / validation error, naming the key (and choices); for
     problems with the data files, one line per problem."""
-    if isinstance(err, DataConfigError):
+    if getattr(err, "problems", None):  # the build's ConfigRefused: one line per problem
         return "\n".join(_one_line(p) for p in err.problems)
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
         group, _, choice = err.missing_cfg_file.rpartition("/")
@@ -196,41 +151,3 @@ def _one_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     lines = [ln for ln in lines if not ln.startswith(("Config search path", "provider="))]
     return "; ".join(lines)
-
-
-def preflight(argv: list[str], config_dir: Path | str, prog: str = programs.TRAIN) -> int | None:
-    """Check the command line `argv` before Hydra runs it; exit 2 with one line if bad. The
-    number of jobs it runs, where the preflight expanded them (None otherwise).
-
-    Commands that only print (--help, --cfg, --info, ...) or use their own config location
-    (--config-path) are left to Hydra; --config-dir (a folder of your own presets) is searched
-    after the shipped configs, as Hydra does.
-    """
-    try:
-        args = get_args_parser().parse_args(argv)
-    except SystemExit:  # bad flags: Hydra's own parser will say so
-        return None
-    if any(getattr(args, flag, None) for flag in _INFO_FLAGS):
-        return None
-    if args.config_path:
-        return None
-    overrides = list(args.overrides)
-    if args.config_dir:  # your own presets beside the shipped ones, as Hydra searches them
-        extra = Path(args.config_dir).resolve()
-        if not extra.is_dir():
-            print(f"{prog}: error: --config-dir {extra} is not a folder", file=sys.stderr)
-            raise SystemExit(2)
-        overrides.append(f"hydra.searchpath=[file://{extra}]")
-    if args.multirun and any(o.startswith("hydra/sweeper=") for o in args.overrides):
-        return None  # another sweeper's syntax (e.g. interval(0,1)) is not the basic sweeper's
-    try:
-        return check(
-            config_dir,
-            overrides,
-            multirun=args.multirun,
-            config_name=args.config_name or "train",
-        )
-    except ConfigError as err:
-        for line in str(err).splitlines():
-            print(f"{prog}: error: {line}", file=sys.stderr)
-        raise SystemExit(2) from None
