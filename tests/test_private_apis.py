@@ -32,6 +32,12 @@ def _has(obj, name: str) -> bool:
         ("training/callbacks.py", "lightning.pytorch.loops.training_epoch_loop"
          "._TrainingEpochLoop", "_should_check_val_fx",
          "the periodic checkpoint of a step is written after that step's validation"),
+        ("training/callbacks.py", "lightning.pytorch.loops.fit_loop._FitLoop", "_data_fetcher",
+         "the periodic checkpoint of a step is written after that step's validation"),
+        ("training/module.py", "lightning.pytorch.trainer.trainer.Trainer", "_logger_connector",
+         "train/ metrics computed only on the steps that log them"),
+        ("runs/wandb.py", "wandb.sdk.lib.wbauth", "read_netrc_auth",
+         "a W&B key in ~/.netrc counts as logged in (else the run would go offline)"),
         ("training/summary.py", "lightning.pytorch.utilities.model_summary.model_summary",
          "_format_summary_table", "the model summary without a column of zero FLOPs"),
         ("runs/lightning_loggers.py", "lightning.fabric.loggers.csv_logs._ExperimentWriter",

@@ -65,15 +65,6 @@ class Pruning:
     last_step: int | None
     bands: tuple[int, ...]
 
-    def as_json(self) -> str:
-        return json.dumps(
-            {
-                "min_resource": self.min_resource,
-                "reduction_factor": self.reduction_factor,
-                "last_step": self.last_step,
-            }
-        )
-
 
 def check_search(config: Mapping, source: str) -> None:
     """A searched sweep file's own keys (the parameters are checked by spec.load_sweep); a

@@ -2,8 +2,9 @@
 encoder-decoder, one token stream for a decoder-only model), which it asks how a batch becomes
 the model's inputs and targets and how whole-sequence answers are predicted.
 
-It trains with label-smoothed cross-entropy (Sec. 5.4) and Adam with beta1=0.9, beta2=0.98,
-eps=1e-9 under a learning-rate schedule stepped every optimizer step (Sec. 5.3), and log
+It trains with label-smoothed cross-entropy (Sec. 5.4) and the optimizer its `optim` partial
+names (the paper's Adam, beta1=0.9, beta2=0.98, eps=1e-9, by default: conf/optim/) under a
+learning-rate schedule stepped every optimizer step (Sec. 5.3), and logs
 
     train/  loss, nll, perplexity, token_acc, lr, tokens_per_sec (z_loss when loss.z_loss > 0)
             (every trainer.log_every_n_steps steps, and the last; tokens_per_sec over the steps
