@@ -207,3 +207,38 @@ def test_bench_without_v_hides_torch_compiles_graph_break_warnings(mode):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("Graph break" in proc.stderr) == (mode == "verbose")
+
+
+def test_the_overhead_is_the_median_of_paired_rounds_with_an_order_statistic_interval():
+    """Round i pairs attnlab-train's block i with the plain loop's block i; the interval is
+    (x_(k), x_(n+1-k)) with the largest k covering >= 95%: for 11 rounds k = 2 (98.8%; k = 3
+    covers 1 - 2 * 67/2048 = 93.5%); fewer than 6 rounds have none."""
+    from attnlab.bench.harness import paired_overhead
+    from attnlab.bench.timing import median_interval, median_interval_coverage
+
+    plain = [10.0] * 11
+    train = [10.0 + d for d in (0.1, 0.3, 0.2, 0.5, 0.4, 0.0, 0.6, 0.2, 0.3, 0.9, -0.1)]
+    result = paired_overhead(train, plain)
+    rounds = sorted(result["overhead_rounds_pct"])
+    assert result["overhead_pct"] == pytest.approx(3.0)  # the 6th of 11: 0.3 ms -> +3%
+    assert result["overhead_ci95_pct"] == pytest.approx([rounds[1], rounds[9]])  # 0.0, 0.6
+    assert median_interval_coverage(11, 2) == pytest.approx(1 - 2 * 12 / 2048)
+    assert median_interval_coverage(11, 3) == pytest.approx(1 - 2 * 67 / 2048)
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # (min, max) covers 93.75%
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)  # 96.9%
+
+
+def test_a_loaded_machine_gets_no_overhead_figure(monkeypatch):
+    """Above one runnable process per core the harness refuses to time (exit 3 from
+    attnlab-bench), rather than print a figure the load has moved."""
+    import os
+    from types import SimpleNamespace
+
+    from attnlab.bench import harness
+
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 0.5, 0.0, 0.0))
+    with pytest.raises(harness.MachineLoaded, match=rf"1-minute load {cores + 0.5:.2f} on {cores}"):
+        harness.run_harness(SimpleNamespace(quick=False))
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores - 0.5, 0.0, 0.0))
+    assert harness.load_problem("now") is None

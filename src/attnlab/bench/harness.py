@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ import lightning as L
 import torch
 
 from attnlab.bench.context import Context
-from attnlab.bench.timing import interleave, summarize, synchronize
+from attnlab.bench.timing import interleave, median_interval, summarize, synchronize
 from attnlab.config.plain import plain_config
 from attnlab.runs.status import Status
 from attnlab.training.losses import label_smoothed_nll
@@ -162,8 +163,43 @@ def help_seconds() -> float:
     return time.perf_counter() - start
 
 
+class MachineLoaded(RuntimeError):
+    """The machine was busy with other work: an overhead measured now is not evidence."""
+
+
+def load_problem(when: str) -> str | None:
+    """Why the machine is too loaded to time the harness (the 1-minute load average above the
+    number of cores), or None."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= cores:
+        return None
+    return (
+        f"the machine is loaded {when} (1-minute load {load:.2f} on {cores} cores): a harness "
+        "overhead measured now would not be evidence; rerun it when nothing else runs"
+    )
+
+
+def paired_overhead(train_s: list[float], plain_s: list[float]) -> dict:
+    """The overhead of attnlab-train's step over the plain loop's, in %, from rounds in which
+    the two ran one after the other: the median of the per-round overheads and its
+    distribution-free 95% interval (timing.median_interval; null where the rounds are too few)."""
+    rounds = [100.0 * (a / p - 1) for a, p in zip(train_s, plain_s, strict=True)]
+    interval = median_interval(rounds)
+    return {
+        "overhead_pct": statistics.median(rounds),
+        "overhead_ci95_pct": list(interval) if interval else None,
+        "overhead_rounds_pct": rounds,
+    }
+
+
 def run_harness(ctx: Context) -> dict:
-    """{"attnlab_train": stats, "plain_loop": stats, "overhead_pct", "first_step_s", "help_s"}."""
+    """{"attnlab_train": stats, "plain_loop": stats, "overhead_pct" (the median of the paired
+    rounds' overheads), "overhead_ci95_pct", "load", "first_step_s", "help_s"}. MachineLoaded
+    where the load average is above the core count before or after the timing (not --quick,
+    whose figures are a smoke test, never evidence)."""
+    problem = None if ctx.quick else load_problem("before the timing")
+    if problem:
+        raise MachineLoaded(problem)
     for name in ("lightning.pytorch", "lightning.fabric"):  # no banner per timing block
         logging.getLogger(name).setLevel(logging.WARNING)
     blocks = {"attnlab_train": 0}
@@ -175,13 +211,20 @@ def run_harness(ctx: Context) -> dict:
     timing = interleave(
         {"attnlab_train": lightning, "plain_loop": lambda: _plain_block(ctx)}, ctx.repeats
     )
-    overhead = 100.0 * (timing["attnlab_train"]["median_s"] / timing["plain_loop"]["median_s"] - 1)
+    overhead = paired_overhead(
+        timing["attnlab_train"]["samples_s"], timing["plain_loop"]["samples_s"]
+    )
+    load = os.getloadavg()[0]
+    problem = None if ctx.quick else load_problem("during the timing")
+    if problem:
+        raise MachineLoaded(problem)
     launches = 1 if ctx.quick else 3
     first = [first_step_seconds(ctx) for _ in range(launches)]
     helps = [help_seconds() for _ in range(launches)]
     return {
         **timing,
-        "overhead_pct": overhead,
+        **overhead,
+        "load": load,
         "first_step_s": summarize(first)["median_s"],
         "help_s": summarize(helps)["median_s"],
         "steps_per_repeat": ctx.steps,

@@ -68,17 +68,30 @@ def vs_torch_nn(section: dict) -> str:
 
 def harness(section: dict) -> str:
     a, p = section["attnlab_train"], section["plain_loop"]
+    ci = section.get("overhead_ci95_pct")
+    interval = f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else " (too few rounds for an interval)"
     rows = [
-        ["attnlab-train step", "plain loop step", "overhead", "launch to first step", "--help"],
+        [
+            "attnlab-train step",
+            "plain loop step",
+            "overhead, 95% interval",
+            "launch to first step",
+            "--help",
+        ],  # fmt: skip
         [
             _ms(a),
             _ms(p),
-            f"{section['overhead_pct']:+.1f}%",
+            f"{section['overhead_pct']:+.1f}%{interval}",
             f"{section['first_step_s']:.2f} s",
             f"{section['help_s']:.2f} s",
         ],
     ]
-    return "harness (steady state, no validation in the window)\n" + text_table(rows)
+    rounds = len(section.get("overhead_rounds_pct") or [])
+    load = section.get("load")
+    note = f"\noverhead: median of {rounds} paired rounds, distribution-free interval" + (
+        f"; 1-minute load {load:.2f} after the timing" if load is not None else ""
+    )
+    return "harness (steady state, no validation in the window)\n" + text_table(rows) + note
 
 
 def attention(section: dict) -> str:

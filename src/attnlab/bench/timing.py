@@ -46,7 +46,29 @@ def interleave(blocks: dict[str, Callable[[], float]], repeats: int) -> dict[str
     for r in range(repeats):
         for name in names if r % 2 == 0 else names[::-1]:
             samples[name].append(blocks[name]())
-    return {name: summarize(values) for name, values in samples.items()}
+    return {name: {**summarize(values), "samples_s": values} for name, values in samples.items()}
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """The distribution-free interval for the median of `values`: the order statistics
+    (x_(k), x_(n+1-k)) with the largest k whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is
+    still >= `confidence`; None where even (min, max) covers less (n < 6 for 95%)."""
+    from scipy.stats import binom
+
+    ordered, n = sorted(values), len(values)
+    best = None
+    for k in range(1, n // 2 + 1):
+        if 1 - 2 * binom.cdf(k - 1, n, 0.5) < confidence:
+            break
+        best = (ordered[k - 1], ordered[n - k])
+    return best
+
+
+def median_interval_coverage(n: int, interval_k: int) -> float:
+    """The coverage of (x_(k), x_(n+1-k)) for the median of n values."""
+    from scipy.stats import binom
+
+    return float(1 - 2 * binom.cdf(interval_k - 1, n, 0.5))
 
 
 def ratio(slow: dict, fast: dict) -> float:

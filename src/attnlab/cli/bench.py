@@ -7,10 +7,11 @@
     python -m attnlab.cli.bench --quick                       # a smoke run (the test suite's)
 
 The model and data shape are the usual Hydra overrides of attnlab-train (conf/train.yaml
-composed and validated the same way: a bad key is one line and exit 2). Sections (all when none
+composed and built dry the same way: a bad key is one line and exit 2). Sections (all when none
 is named): --vs-torch-nn (the training step against torch.nn.Transformer, eager and compiled,
-with TFLOP/s and, on a GPU, MFU), --harness (attnlab-train's step against a plain loop, launch
-to first step, --help), --attention (reference against fused attention over lengths), --decoding
+with TFLOP/s and, on a GPU, MFU), --harness (attnlab-train's step against a plain loop in
+paired rounds: the median overhead with its 95% interval; on a machine whose load is above its
+core count, one line and exit 3 instead of a figure; launch to first step, --help), --attention (reference against fused attention over lengths), --decoding
 (greedy and beam 4, with and without the KV cache), --memory (activation checkpointing). Every
 figure is the median of --repeats interleaved repeats after warm-up, with its spread; the
 table goes to stdout and, with --json, the figures to a file (docs/benchmark.md).
@@ -167,9 +168,14 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    from attnlab.bench.harness import MachineLoaded
+
     try:
         results = {"machine": machine(ctx), "config": _config_summary(ctx)}
         results.update(run_sections(ctx, sections, args))
+    except MachineLoaded as err:  # no figure rather than one that is not evidence
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        raise SystemExit(3) from None
     finally:  # the runs, tokenizers and offline W&B files the bench wrote: nothing to keep
         shutil.rmtree(ctx.work_dir, ignore_errors=True)
     results["machine"]["load_average_end"] = list(os.getloadavg())
