@@ -11,8 +11,9 @@ composed and built dry the same way: a bad key is one line and exit 2). Sections
 is named): --vs-torch-nn (the training step against torch.nn.Transformer, eager and compiled,
 with TFLOP/s and, on a GPU, MFU), --harness (attnlab-train's step against a plain loop in
 paired rounds: the median overhead with its 95% interval; on a machine whose load is above its
-core count, one line and exit 3 instead of a figure; launch to first step, --help), --attention (reference against fused attention over lengths), --decoding
-(greedy and beam 4, with and without the KV cache), --memory (activation checkpointing). Every
+core count, one line and exit 3 instead of a figure; launch to first step, --help),
+--attention (reference against fused attention over lengths), --decoding (greedy and beam 4,
+with and without the KV cache), --memory (activation checkpointing). Every
 figure is the median of --repeats interleaved repeats after warm-up, with its spread; the
 table goes to stdout and, with --json, the figures to a file (docs/benchmark.md).
 """
