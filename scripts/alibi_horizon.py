@@ -97,7 +97,9 @@ def figure(arms: dict[tuple, list[dict[int, float]]], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     encodings = sorted({k[0] for k in arms})
-    fig, axes = plt.subplots(2, len(encodings), figsize=(4.2 * len(encodings), 6.4), sharex=True)
+    fig, axes = plt.subplots(
+        2, len(encodings), figsize=(4.2 * len(encodings), 6.4), sharex=True, sharey="row"
+    )
     axes = [[axes[r]] if len(encodings) == 1 else list(axes[r]) for r in range(2)]
     for col, pe in enumerate(encodings):
         for depth, style in ((2, "o-"), (4, "s--")):
