@@ -1,5 +1,5 @@
-"""Data preflight (attnlab.config.data_check over attnlab.data.files): one line per broken file
-or bad argument, key first."""
+"""Data preflight (a text DataModule's `check`, over attnlab.data.files, which every build of a
+run asks first): one line per broken file or bad argument, key first."""
 
 import gzip
 import re

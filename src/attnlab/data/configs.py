@@ -4,8 +4,8 @@ Each DataModule reads its options from its dataclass (`config_class`; unknown ke
 errors naming the valid ones), and attnlab-train's `data` config group is made from the same
 dataclasses (attnlab.config.data_schema, through attnlab.config.structured: a `Literal` field
 becomes a typed choice). So a new data option is one field here and the code that uses it.
-The rules between values stay with the modules (their `own_problems`), which the preflight runs
-without building a module.
+The rules between values stay with the modules (their `own_problems`), which a text module's
+`check` runs, with every file read, before the module is built.
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ class TokenizedDataModule(ResumableDataModule):
 
     @classmethod
     def place_problems(cls, args: Mapping) -> list[str]:
-        """Where the files come from (the preflight only): for a named dataset (`dataset`), a
+        """Where the files come from (`check` only, not the constructor): for a named dataset, a
         data.root that does not exist and will not be fetched."""
         if cls.dataset is None:
             return []

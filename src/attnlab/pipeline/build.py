@@ -15,8 +15,8 @@ anything is written.
 `dry=True` (attnlab.pipeline.preflight, for every job of a command line): nothing is written,
 trained or downloaded. The model's config comes first, sized to the vocabulary the data config
 plans (a bad model value is answered before torch loads), the model is built on the meta
-device, a text data module reads every file it will read (its `check`) without training its
-tokenizer, and the Trainer's arguments are given to Lightning without loggers or callbacks.
+device, the text data is not tokenized (its `check`, which every build runs, reads each file),
+and the Trainer's arguments are given to Lightning without loggers or callbacks.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def instantiate_node(node: dict, key: str, **kwargs):
 def build_datamodule(data: dict, trainer: dict):
     """The data group (plain) instantiated, resumable mid-epoch (attnlab.data.resumable). A
     class with a `check` (the text data) reads every file it will read first, and every problem
-    is a line; the data module then checks the world size it is split over."""
+    is a line; then data.batch_size (a global batch) must split over the world size."""
     from attnlab.config.resolvers import world_size
     from attnlab.data.batching import per_rank_batch_size
     from attnlab.data.resumable import make_resumable

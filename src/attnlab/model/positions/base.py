@@ -27,8 +27,8 @@ class PositionalEncoding(nn.Module):
     Subclasses implement `build(cfg)` and override what they provide: `absolute` (added to the
     embeddings), `relative` (for self-attention), `limit` (the most positions a config's
     encoding represents), and `problems` (their own rules on the config's fields, one line each
-    naming the field; `from_config` raises the first, and the preflight asks them before
-    anything is built)."""
+    naming the field; `from_config` raises the first when the stack is built: on the meta
+    device in the preflight's dry build)."""
 
     @classmethod
     def from_config(cls, cfg) -> PositionalEncoding:
