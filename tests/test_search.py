@@ -163,7 +163,35 @@ def test_a_bad_count_or_storage_is_one_line_exit_2_and_nothing_written(args, mes
     assert sweep.main([str(search_file(tmp_path)), "--out", str(out), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
-    assert not out.exists() or list(out.iterdir()) == []
+    assert not out.exists()  # a refused storage leaves no empty folder behind
+
+
+def test_an_out_folder_of_another_sweep_is_refused_before_anything_runs(tmp_path, capsys):
+    """--out holding another sweep (its sweep.yaml) is one line and exit 2, for a search and
+    for a grid, --dry-run included; nothing in the folder changes. The same file resumes it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    held = "name: my_norm_search\nmethod: grid\nparameters: {seed: {values: [1]}}\n"
+    (out / "sweep.yaml").write_text(held)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(
+        "name: my_grid\nmethod: grid\nprogram: attnlab-train\n"
+        "parameters: {seed: {values: [1, 2]}}\n"
+    )
+    for args in ([str(search_file(tmp_path))], [str(grid)], [str(grid), "--dry-run"]):
+        assert sweep.main([*args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--out {out} holds another sweep ('my_norm_search'" in err[0]
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.yaml"]
+    assert (out / "sweep.yaml").read_text() == held
+    from attnlab.cli.sweep import refuse_foreign_out
+    from attnlab.sweeps.spec import load_sweep
+
+    config = load_sweep(grid)
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sweep.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    refuse_foreign_out(own, config)  # its own folder: resumable, no error
 
 
 def test_settle_tells_what_the_run_said_and_a_taken_trial_is_not_an_error():

@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if searched(config, args):  # Optuna, here
             return _run_search(args, config, groups, argv)
         out = Path(args.out) if args.out else default_out_dir(config["name"])
+        refuse_foreign_out(out, config)
         trials = expand_sweep(config, args.overrides, out_dir=out, count=args.count, seed=args.seed)
         note = grid_count(config, args.count)[1] if config.get("method") == "grid" else None
     except (SweepError, ValueError) as err:
@@ -202,6 +203,7 @@ def _run_search(args: argparse.Namespace, config: dict, groups: list[str], argv)
     if cap is None:
         raise SweepError(f"{args.sweep}: a search needs run_cap in the file or --count N")
     out = Path(args.out) if args.out else default_out_dir(config["name"])
+    refuse_foreign_out(out, config)
     share = 1 / args.trials_per_gpu if args.trials_per_gpu > 1 else None
     search = Search(
         config, out, args.storage or default_storage(out), cap, args.overrides, args.seed, share
@@ -298,6 +300,27 @@ def _trials_start(trials) -> bool:
         print("attnlab-sweep: no trial started (exit 2): fix the sweep file or the overrides",
               file=sys.stderr)  # fmt: skip
     return not problems
+
+
+def refuse_foreign_out(out: Path, config: dict) -> None:
+    """SweepError (exit 2, before anything runs or is written) when --out already holds another
+    sweep: its sweep.yaml names another sweep or another search space. The same file resumes
+    its own folder."""
+    path = out / "sweep.yaml"
+    if not path.is_file():
+        return
+    try:
+        held = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        held = {}
+    keys = ("name", "method", "parameters")
+    differ = [k for k in keys if not isinstance(held, dict) or held.get(k) != config.get(k)]
+    if differ:
+        name = held.get("name") if isinstance(held, dict) else None
+        raise SweepError(
+            f"--out {out} holds another sweep ({name!r}, its sweep.yaml differs in "
+            f"{', '.join(differ)}); expected a new folder, or that sweep's own file to resume it"
+        )
 
 
 def write_spec(out: Path, config: dict) -> None:

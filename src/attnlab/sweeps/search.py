@@ -128,12 +128,15 @@ def open_search(search: Search) -> None:
     study of another search space is a SweepError."""
     from attnlab.sweeps.spec import SweepError
 
+    made = not search.out.exists()
     search.out.mkdir(parents=True, exist_ok=True)
     try:
         studies_.open_studies(search.config, search.storage, search.study_names(), search.seed)
-    except SweepError:
-        raise
     except Exception as err:  # SQLAlchemy's and Optuna's errors have no common base
+        if made and not any(search.out.iterdir()):  # a refused storage leaves no folder behind
+            search.out.rmdir()
+        if isinstance(err, SweepError):
+            raise
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise SweepError(f"--storage: cannot open the study there: {first}") from None
 
