@@ -273,12 +273,17 @@ def test_command_macros_expand_like_the_wandb_agent(monkeypatch):
         ),
         ({"parameters": {"a": {"parameters": {"b": {"value": 1}}}}}, "nested parameters"),
         ({"command": ["${program}", "${args}"]}, "'program' is not set"),
+        (
+            {"parameters": None, "paramters": {"a": {"values": [1]}}},
+            "'parameters' is missing; did you mean 'parameters' for the key 'paramters'?",
+        ),
     ],
 )
 def test_bad_sweep_files_exit_2_naming_the_key(change, message, tmp_path, capsys):
     config = {"method": "grid", "parameters": {"a": {"values": [1]}}, "command": ["p"]}
+    config = {k: v for k, v in {**config, **change}.items() if v is not None}
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump({**config, **change}))
+    path.write_text(yaml.safe_dump(config))
     assert sweep.main([str(path), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
 

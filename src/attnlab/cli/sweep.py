@@ -43,7 +43,7 @@ __all__ = ["Trial", "expand_sweep", "main"]
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=programs.SWEEP,
-        description="Run a W&B sweep file (grid or random) locally, or on W&B with --wandb.",
+        description="Run a W&B sweep file (grid, random or bayes) locally, or on W&B with --wandb.",
     )
     p.add_argument("sweep", help="sweep file (YAML), e.g. sweeps/heads.yaml")
     p.add_argument(

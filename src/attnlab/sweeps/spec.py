@@ -107,6 +107,12 @@ def load_sweep(path_or_dict: str | os.PathLike | Mapping) -> dict:
     if method not in METHODS:
         raise SweepError(f"{source}: method={method!r}; expected one of: {', '.join(METHODS)}")
     params = config.get("parameters")
+    if "parameters" not in config:
+        import difflib
+
+        close = difflib.get_close_matches("parameters", [str(k) for k in config], n=1)
+        hint = f"; did you mean 'parameters' for the key {close[0]!r}?" if close else ""
+        raise SweepError(f"{source}: 'parameters' is missing{hint}")
     if not isinstance(params, dict) or not params:
         raise SweepError(f"{source}: 'parameters' must be a non-empty mapping")
     for key, spec in params.items():
