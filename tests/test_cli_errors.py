@@ -57,6 +57,7 @@ BAD = [
     ),
     ("scheduler._target_=attnlab.training", "scheduler._target_='attnlab.training' is not a"),
     ("logger.wandb._target_=x.y", "logger.wandb._target_='x.y' cannot be imported"),
+    ("data._target_=no.such.Data", "data._target_='no.such.Data' cannot be imported"),
     ("data.train_len=[5,2]", "data.train_len=[5, 2] is not valid"),
     (
         "trainer.fast_dev_rn=1",
