@@ -238,6 +238,21 @@ def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started
     return results
 
 
+def _averaging_line(cfg) -> str | None:
+    """Which steps are scored, and a warning when the newest is before the run's last step."""
+    import json
+
+    from attnlab.evaluation.checkpoints import averaging_note
+
+    paths = [Path(p) for p in cfg.ckpt]
+    record = find_run_dir(paths[0]) / "results.json"
+    try:
+        run_steps = json.loads(record.read_text()).get("steps")
+    except (OSError, ValueError):
+        run_steps = None
+    return averaging_note(paths, run_steps if isinstance(run_steps, int) else None)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -245,6 +260,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0 if argv else 2)
     try:
         cfg = parse_args(argv)
+        note = _averaging_line(cfg)
+        if note:
+            print(note)
         results = evaluate(cfg)
     except EvalError as err:
         print(f"{programs.EVAL}: error: {err}", file=sys.stderr)

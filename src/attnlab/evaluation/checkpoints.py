@@ -37,16 +37,51 @@ def checkpoint_paths(ckpt: Any, last: int | None = None) -> list[Path]:
 
 
 def _periodic_checkpoints(folder: Path, last: int | None) -> list[Path]:
+    """The folder's step=<n>.ckpt, oldest first, and the run's final state where no step= file
+    holds it (a time-limited run's last step is often only in best-step=<n> or timed-step=<n>,
+    or behind last.ckpt): averaging "the last k checkpoints" then ends at the run's end."""
     found = sorted(
         (p for p in folder.glob("step=*.ckpt") if step_of(p) is not None),
         key=step_of,
     )
+    final = final_checkpoint(folder)
+    if final is not None and (not found or step_of(final) > step_of(found[-1])):
+        found.append(final)
     if not found:
         raise EvalError(
             f"ckpt: {folder} holds no periodic step=<n>.ckpt checkpoints to average; for one "
             f"file give it, e.g. ckpt={folder / 'last.ckpt'}"
         )
     return found[-last:] if last else found
+
+
+def final_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint of the newest step in `folder`, by any name that carries its step
+    (step=, best-step=, timed-step=, or last.ckpt's link target), or None."""
+    named = [p for p in folder.glob("*.ckpt") if step_of(p) is not None]
+    last = folder / "last.ckpt"
+    if last.is_symlink() and step_of(last.resolve()) is not None:
+        named.append(last)
+    steps = [(step_of(p.resolve() if p.is_symlink() else p), p) for p in named]
+    return max(steps, key=lambda sp: (sp[0], sp[1].name.startswith("step=")))[1] if steps else None
+
+
+def averaging_note(paths: list[Path], run_steps: int | None) -> str | None:
+    """'steps averaged: 100, 200, 289' (the steps the file names carry) for an average, and a
+    warning where the newest of them is before the run's last step (`run_steps`,
+    results.json's `steps`); None for one checkpoint of the run's last step (or unknown)."""
+    steps = [step_of(p.resolve() if p.is_symlink() else p) for p in paths]
+    shown = ", ".join("?" if s is None else str(s) for s in steps)
+    known = [s for s in steps if s is not None]
+    warning = None
+    if run_steps and known and max(known) < run_steps:
+        warning = (
+            f"warning: the newest is step {max(known)}, {run_steps - max(known)} steps before "
+            f"the run's last ({run_steps}): the final model is not in it"
+        )
+    if len(paths) > 1:
+        return f"steps averaged: {shown}" + (f"; {warning}" if warning else "")
+    return f"step: {shown}; {warning}" if warning else None
 
 
 def find_run_dir(ckpt: Path) -> Path:
