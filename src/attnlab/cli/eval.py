@@ -1,7 +1,7 @@
 """attnlab-eval: score a checkpoint (or the average of several) on a split or on explicit files.
 
     attnlab-eval ckpt=outputs/.../checkpoints/last.ckpt                      # the run's test split
-    attnlab-eval ckpt=outputs/.../checkpoints                  # average its periodic step=*.ckpt
+    attnlab-eval ckpt=outputs/.../checkpoints                  # average step=*.ckpt, final step
     attnlab-eval ckpt=[a.ckpt,b.ckpt,c.ckpt] split=val decode.beam_size=1   # averaged, greedy
     attnlab-eval ckpt=last.ckpt src_file=newstest.en ref_file=newstest.de out=eval/newstest
     attnlab-eval ckpt=<copy run>/checkpoints/last.ckpt eval.lengths=[8,16,32,64]   # per length
@@ -17,7 +17,8 @@ Writes <out>.json (default <run_dir>/eval/lengths-<checkpoint>.json) with "extra
 results.json.
 
 Options (key=value): ckpt (a file, a list of files, or a checkpoints directory: its step=<n>.ckpt
-files; `last=N` keeps the newest N), split (test | val | train, from the run's data config),
+files and the run's final step where no step= file holds it, the steps averaged printed;
+`last=N` keeps the newest N), split (test | val | train, from the run's data config),
 src_file + ref_file (instead of split), data.<key> (override the run's data config, e.g.
 data.root=...), decode.beam_size / length_penalty / max_len_a / max_len_b (default: the run's
 callbacks.translation_quality settings, else beam 4, length penalty 0.6, a=1, b=50; beam 1 is
