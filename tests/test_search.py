@@ -429,3 +429,23 @@ def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, caps
         "Parameter importance (Optuna)" in text
         and (report / "search_fake_search_history.png").exists()
     )
+
+
+def test_a_trial_claimed_on_another_host_without_its_lease_yet_is_not_stale():
+    """A worker writes a trial's lease before its owner; a reader that finds an owner without a
+    lease (claimed a moment ago) leaves the trial alone instead of running it a second time,
+    and a lease that ran out is still stale."""
+    import time
+    from datetime import datetime
+    from types import SimpleNamespace
+
+    from attnlab.sweeps.study import ATTR_LEASE, ATTR_OWNER, stale_reason
+
+    now = time.time()
+    other = {ATTR_OWNER: "another-host:4242"}
+    trial = SimpleNamespace(user_attrs=other, datetime_start=datetime.now())
+    assert stale_reason(trial, now) is None
+    trial.user_attrs = {**other, ATTR_LEASE: now + 60}
+    assert stale_reason(trial, now) is None
+    trial.user_attrs = {**other, ATTR_LEASE: now - 1}
+    assert "has not renewed its lease" in stale_reason(trial, now)

@@ -203,11 +203,11 @@ def _run_one(search: Search, study, arm: dict, trial, gpus, events, log) -> Tria
     values = search_space.run_values(search.config, trial.params, fixed)
     label = trial.user_attrs.get(studies_.ATTR_RUN_DIR)
     spec = search.trial(arm, values, trial.number, label)
-    for key, value in (
+    for key, value in (  # the lease before the owner: whoever reads the owner finds a lease
+        (studies_.ATTR_LEASE, time.time() + studies_.LEASE_S),
         (studies_.ATTR_RUN_DIR, spec.run_dir.name),
         (studies_.ATTR_VALUES, values),
         (studies_.ATTR_OWNER, studies_.owner()),
-        (studies_.ATTR_LEASE, time.time() + studies_.LEASE_S),
     ):
         trial.set_user_attr(key, value)
     result = TrialResult(spec, gpus=gpus)

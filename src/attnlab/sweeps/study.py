@@ -112,7 +112,10 @@ def stale_reason(trial, now: float) -> str | None:
         return None  # this process's own
     if host == HOST and not _alive(int(pid)):
         return f"its worker (pid {pid}) is gone"
-    if float(trial.user_attrs.get(ATTR_LEASE, 0)) < now:
+    lease = trial.user_attrs.get(ATTR_LEASE)
+    if lease is None:  # claimed a moment ago: its worker writes the lease next (older runs)
+        return None
+    if float(lease) < now:
         return f"its worker {host}:{pid} has not renewed its lease for {LEASE_S:.0f} s"
     return None
 
