@@ -28,7 +28,7 @@ from pathlib import Path
 from attnlab.data.configs import planned_vocab_size
 from attnlab.data.vocab import PAD_ID
 from attnlab.pipeline.console import PROG, say
-from attnlab.validation import integer_problem, raise_first
+from attnlab.validation import integer_problem, number_problem, present, raise_first
 
 
 class ConfigRefused(ValueError):
@@ -121,8 +121,7 @@ def located(target, key: str):
     except Exception as err:  # ImportError (ModuleNotFoundError as its cause), ValueError
         obj, why = None, _not_located(str(target), err)
     else:
-        why = None if callable(obj) and not isinstance(obj, type(logging)) else (
-            "is not a class or function")  # fmt: skip
+        why = None if callable(obj) else "is not a class or function"  # a module is not
     finally:
         logger.level = level
     if why:
@@ -357,14 +356,15 @@ def trainer_problem(trainer: dict, optim: dict, local: bool = True) -> str | Non
     to those before it, is refused. Not `local` (a remote launcher's jobs): the device keys are
     the other machine's, and only the values are checked."""
     clip = trainer.get("gradient_clip_val")
-    problem = next((p for p in (
-        None if clip is None else _number_problem("trainer.gradient_clip_val", clip, 0.0),
-        integer_problem("trainer.accumulate_grad_batches",
-                        trainer.get("accumulate_grad_batches", 1), 1),
+    problems = present(
+        None if clip is None else number_problem("trainer.gradient_clip_val", clip, 0.0),
+        integer_problem(
+            "trainer.accumulate_grad_batches", trainer.get("accumulate_grad_batches", 1), 1
+        ),
         _fused_problem(optim, trainer),
-    ) if p), None)  # fmt: skip
-    if problem or not local:
-        return problem
+    )
+    if problems or not local:
+        return problems[0] if problems else None
     precision = str(trainer.get("precision", "32-true"))
     if precision in _FP16_MIXED and _accelerator(trainer) == "cpu":
         return (
@@ -381,12 +381,6 @@ def trainer_problem(trainer: dict, optim: dict, local: bool = True) -> str | Non
                 f"trainer.{key}={trainer[key]!r} is not valid here: {' '.join(str(error).split())}"
             )
     return None
-
-
-def _number_problem(key: str, value, low: float) -> str | None:
-    from attnlab.validation import number_problem
-
-    return number_problem(key, value, low)
 
 
 def _fused_problem(optim: dict, trainer: dict) -> str | None:
