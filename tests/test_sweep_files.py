@@ -54,7 +54,13 @@ def _arms(name: str) -> dict[tuple, dict]:
 # Sweeps that are checks, not comparisons, and say so where they are reported: fewer seeds.
 # section 3's learning-rate check: 1 seed per rate
 # A search picks a configuration on one seed (docs/sweeps.md: rerun its best over seeds).
-FEWER_SEEDS = {"heads_lr": 1, "heads_lr_high": 1, "lr_search": 1, "norm_lr_search": 1}
+FEWER_SEEDS = {
+    "heads_lr": 1,
+    "heads_lr_high": 1,
+    "heads_rate": 1,
+    "lr_search": 1,
+    "norm_lr_search": 1,
+}
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
@@ -160,6 +166,23 @@ def test_heads_sweep_states_its_h_and_d_k_at_constant_compute(name):
         assert h * d_k == d_model  # constant compute
         composed.add((h, d_k))
     assert composed == stated
+
+
+@pytest.mark.parametrize("name", ["heads_lr", "heads_lr_high", "heads_rate"])
+def test_heads_rate_grids_run_the_heads_sweeps_recipe(name):
+    """A rate grid's points join the heads sweep's (its seed-1 run at 2e-3 is each h's fourth
+    rate): the commands may differ only in the run's group, tags and folder."""
+
+    grid = {k.lstrip("+") for k in swept_keys(_spec(REPO / "sweeps" / f"{name}.yaml"))}
+
+    def recipe(stem: str) -> list[str]:
+        command = _spec(REPO / "sweeps" / f"{stem}.yaml")["command"]
+        keys = [override_key(c) or "" for c in command]
+        return [
+            c for c, k in zip(command, keys, strict=True) if not PLUMBING.match(k) and k not in grid
+        ]
+
+    assert recipe(name) == recipe("heads")
 
 
 def _nested(flat: dict) -> dict:
