@@ -112,19 +112,6 @@ def test_the_optim_group_names_any_torch_optimizer_by_target():
     assert all(g["lr"] == 1.0 for g in sgd.param_groups)  # the schedule's factor is the rate
 
 
-def test_a_checkpoint_that_names_its_optimizer_by_name_gets_the_same_optimizer():
-    """Configs saved before the optimizer was a torch `_target_` carry `name` (and maybe the
-    peak as `lr`): they build the same torch class with the same arguments."""
-    old = {"_target_": "attnlab.training.optimizer.build_optimizer", "name": "adamw",
-           "lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.1}  # fmt: skip
-    built = optimizer_from_config(_model(), old)
-    today = optimizer_from_config(_model(), OPTIM)
-    assert type(built) is torch.optim.AdamW
-    assert built.defaults == today.defaults
-    with pytest.raises(ValueError, match=r"^optim.name='sgd' is not valid; expected one of: ad"):
-        optimizer_from_config(_model(), {**old, "name": "sgd"})
-
-
 @pytest.mark.parametrize(
     ("optim", "message"),
     [

@@ -118,20 +118,6 @@ def test_each_schedule_checks_its_own_arguments_naming_the_key(name, keys, messa
         build_schedule(name, **keys)
 
 
-def test_a_checkpoint_that_names_its_schedule_by_name_gets_the_same_schedule():
-    """Configs saved before the schedules were classes carry `name` and every schedule's keys
-    (the old schema's); each reads as today's class, value for value."""
-    old_keys = {"peak_lr": 2e-3, "warmup_steps": 10, "scale": 1.0, "min_lr": 0.0, "max_steps": None}
-    for name, cls in (("noam", "Noam"), ("inverse_sqrt", "InverseSqrt"), ("cosine", "Cosine"),
-                      ("constant", "Constant")):  # fmt: skip
-        target = {"_target_": "attnlab.training.schedules.build_schedule"}
-        old = schedule_from_config({**target, "name": name, **old_keys}, 64, 100)
-        new = build_schedule(cls, max_steps=100, peak_lr=2e-3, warmup_steps=10)
-        assert [old(s) for s in range(1, 101)] == [new(s) for s in range(1, 101)]
-    with pytest.raises(ValueError, match=r"^scheduler.name='nope' is not valid; expected one of"):
-        schedule_from_config({"name": "nope", **old_keys}, 64, 100)
-
-
 class Halving:
     """A schedule of one's own: peak_lr halved every `every` steps, no warmup."""
 
@@ -216,12 +202,3 @@ def test_a_learning_rate_given_as_optim_lr_is_refused_in_one_line(compose):
     its own peak with optim.lr=0.5, and a run folder named lr_0.5)."""
     with pytest.raises(Exception, match="optim"):
         compose(["scheduler=noam", "optim.lr=0.5"])
-
-
-def test_a_checkpoint_made_before_peak_lr_was_the_home_keeps_its_peak():
-    old = {"name": "cosine", "warmup_steps": 10, "max_steps": 100, "peak_lr": None}
-    schedule = schedule_from_config(old, 64, 100, optim={"lr": 2e-3})
-    assert max(schedule(s) for s in range(1, 101)) == pytest.approx(2e-3)
-    noam_old = {"name": "noam", "warmup_steps": 10, "peak_lr": None, "scale": 1.0}
-    schedule = schedule_from_config(noam_old, 64, 100, optim={"lr": 2e-3})  # noam ignored it
-    assert schedule(10) == pytest.approx((64 * 10) ** -0.5)

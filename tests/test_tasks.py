@@ -10,7 +10,7 @@ import torch
 
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.tasks import NAMES, task_named
-from attnlab.training.module import LanguageModelModule, Seq2SeqModule, TransformerModule
+from attnlab.training.module import TransformerModule
 
 OPTIM = {"_target_": "torch.optim.Adam", "betas": [0.9, 0.98], "eps": 1e-9}
 SCHEDULE = {"_target_": "attnlab.training.schedules.Constant", "peak_lr": 1e-3}
@@ -42,15 +42,6 @@ def test_the_module_takes_inputs_and_targets_from_its_task(task, arch, batch, in
     got_inputs, got_targets = module.inputs_and_targets(batch)
     assert [int(x[0, 0]) for x in got_inputs] == list(inputs) and int(got_targets[0, 0]) == targets
     assert module.hparams.task == task  # in the checkpoint's hyper-parameters
-
-
-def test_checkpoints_saved_before_the_task_was_an_argument_get_their_class_default():
-    """Seq2SeqModule and LanguageModelModule remain, as TransformerModule with a default task:
-    old checkpoints (no `task` in their hyper-parameters) and subclasses keep working."""
-    assert _module(Seq2SeqModule, "encoder_decoder").task.name == "seq2seq"
-    assert _module(LanguageModelModule, "decoder_only").task.name == "lm"
-    with pytest.raises(ValueError, match="TransformerModule needs a task"):
-        _module(TransformerModule, "encoder_decoder")
 
 
 @pytest.mark.parametrize(("task", "arch"), [("lm", "encoder_decoder"), ("seq2seq", "decoder_only")])

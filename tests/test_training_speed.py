@@ -92,12 +92,13 @@ def test_train_metrics_are_logged_every_n_steps_and_at_the_last(compose, tmp_pat
 
 
 def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
-    from attnlab.training.module import Seq2SeqModule
+    from attnlab.training.module import TransformerModule
 
     model = dict(vocab_size=11, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1)
     model["n_decoder_layers"] = 1
-    optim = {"name": "adam", "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.0}
-    module = Seq2SeqModule(model, optim, {"name": "constant", "peak_lr": 1e-3, "warmup_steps": 0})
+    optim = {"_target_": "torch.optim.Adam", "betas": [0.9, 0.98], "eps": 1e-9}
+    schedule = {"_target_": "attnlab.training.schedules.Constant", "peak_lr": 1e-3}
+    module = TransformerModule(model, optim, schedule, task="seq2seq")
     module._trainer = types.SimpleNamespace(precision_plugin=None, global_step=0)
     module._log_now = False
     src, tgt = torch.randint(4, 11, (3, 5)), torch.randint(4, 11, (3, 6))
@@ -135,6 +136,8 @@ def test_the_one_pass_loss_equals_torch_cross_entropy(monkeypatch, label_smoothi
     ref_nll = ce(*flat, ignore_index=0, reduction="sum") / 32
     assert n == 32 and loss.item() == pytest.approx(ref.item(), rel=1e-6)
     assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-6)
+    total, count = losses.summed_nll(logits, targets, 0)  # evaluation's: the same nll, summed
+    assert count == 32 and total.item() == pytest.approx(ref_nll.item() * 32, rel=1e-6)
     (grad,) = torch.autograd.grad(loss, logits)
     (ref_grad,) = torch.autograd.grad(ref, logits)
     torch.testing.assert_close(grad, ref_grad)

@@ -96,9 +96,10 @@ def find_run_dir(ckpt: Path) -> Path:
 
 def load_model(paths: list[str]):
     """The (averaged) model in eval mode, the training hyper-parameters and the run directory."""
-    from attnlab.model import Transformer, TransformerConfig
     from attnlab.runs.checkpoints import load_attnlab_checkpoint
     from attnlab.training.averaging import average_checkpoints
+    from attnlab.training.compat import as_today
+    from attnlab.training.module import model_from_hparams
 
     for path in paths:
         first, problem = load_attnlab_checkpoint(Path(path))
@@ -112,8 +113,8 @@ def load_model(paths: list[str]):
         state = average_checkpoints(paths)  # loads each safely, checks they match
     except (FileNotFoundError, ValueError, RuntimeError) as err:
         raise EvalError(f"ckpt: {str(err).strip().splitlines()[0]}") from None
-    hparams = first["hyper_parameters"]
-    model = Transformer(TransformerConfig(**hparams["model"]))
+    hparams = as_today(first["hyper_parameters"], checkpoint=True)  # an older version's too
+    model = model_from_hparams(hparams["model"])
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     model.load_state_dict(weights)
     return model.eval(), hparams, find_run_dir(Path(paths[0]))

@@ -70,7 +70,7 @@ def evaluate_checkpoint_lengths(model, hparams: dict, run_dir: Path, cfg, starte
             "eval.lengths=[...] is required: the run has no data.eval_lengths and no training "
             "length to default to; e.g. eval.lengths=[8,16,32]"
         )
-    module = TransformerModule(**{**hparams, "task": hparams.get("task") or datamodule.task})
+    module = TransformerModule(**hparams)
     module.model = model
     module.to(device_of(cfg.device))
     results = evaluate_lengths(module, datamodule, lengths, cfg.eval.n_examples, progress=True)

@@ -7,13 +7,12 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
-from attnlab.data.options import task_for_arch
 from attnlab.data.pairs import pair_collate
 from attnlab.evaluation.checkpoints import EvalError
 from attnlab.tasks.base import Decoding
+from attnlab.training.losses import summed_nll
 from attnlab.training.metrics import perplexity as perplexity_of
 
 
@@ -39,7 +38,7 @@ def pair_reader(model, tokenizer, hparams: dict):
     from attnlab.tasks import task_named
 
     arch = model.config.arch
-    task = task_named(hparams.get("task") or task_for_arch(arch))
+    task = task_named(hparams["task"])  # (attnlab.training.compat fills an old one's)
     return task, pair_collate(arch, tokenizer.vocab_size)
 
 
@@ -75,10 +74,8 @@ def perplexity(model, task, collate, dataset, device, batch_size: int) -> tuple[
         examples = [dataset[i] for i in range(start, min(len(dataset), start + batch_size))]
         inputs, target = task.inputs_and_targets(_to(collate(examples), device))
         logits = model(*inputs)
-        total += F.cross_entropy(
-            logits.flatten(0, 1).float(), target.flatten(), ignore_index=pad_id, reduction="sum"
-        ).item()
-        count += int(target.ne(pad_id).sum())
+        nll_sum, n_tokens = summed_nll(logits, target, pad_id)
+        total, count = total + nll_sum.item(), count + int(n_tokens)
     nll = total / max(count, 1)
     return perplexity_of(nll), nll
 

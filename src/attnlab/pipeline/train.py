@@ -28,6 +28,7 @@ from attnlab.runs.record import RunRecord, ablation_config, run_name
 from attnlab.runs.startup import resume_collector
 from attnlab.runs.status import Status
 from attnlab.runs.wandb import finish_wandb, wandb_id
+from attnlab.training.compat import as_today
 
 # Lightning 2.6 on torch 2.13 warns on every run about its own use of a torch internal.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
@@ -117,7 +118,7 @@ def refuse_changed_config(run_dir: Path, cfg: DictConfig, plain: dict, shown: in
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file():
         return
-    stored = _as_today(OmegaConf.to_container(OmegaConf.load(stored_path)))
+    stored = as_today(OmegaConf.to_container(OmegaConf.load(stored_path)))  # an older run's
     drift = config_drift(stored, plain, lambda key, value: _is_default(cfg, key, value))
     if drift:
         more = f" and {len(drift) - shown} more" if len(drift) > shown else ""
@@ -126,19 +127,6 @@ def refuse_changed_config(run_dir: Path, cfg: DictConfig, plain: dict, shown: in
             "probably an edited preset or default; add resume=never to train this config in a "
             "new directory"
         )
-
-
-def _as_today(stored: dict) -> dict:
-    """A config.yaml written before the optimizer and the schedule were classes named by
-    `_target_` (they had a `name`), in today's form: the same run is not a changed config."""
-    from attnlab.training.optimizer import upgrade_config as optim_today
-    from attnlab.training.schedules import upgrade_config as scheduler_today
-
-    if isinstance(stored.get("scheduler"), dict):
-        stored["scheduler"] = scheduler_today(stored["scheduler"], stored.get("optim"))
-    if isinstance(stored.get("optim"), dict):
-        stored["optim"] = optim_today(stored["optim"])
-    return stored
 
 
 def _is_default(cfg: DictConfig, key: str, value) -> bool:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
+from attnlab.training.losses import summed_nll
 from attnlab.training.metrics import (
     exact_match,
     greedy_token_accuracy,
@@ -94,10 +94,7 @@ def _score(module, batches, names) -> dict[str, float | None]:
     for batch in batches:
         batch = {k: v.to(module.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         logits, targets = module.logits_and_targets(batch)
-        nll_sum += F.cross_entropy(
-            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=module.pad_id,
-            reduction="sum",
-        ).item()  # fmt: skip
+        nll_sum += summed_nll(logits, targets, module.pad_id)[0].item()
         c, n = token_accuracy(logits, targets, module.pad_id)
         correct, tokens = correct + c.item(), tokens + n.item()
         if "greedy_exact_match" in names:

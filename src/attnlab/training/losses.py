@@ -102,6 +102,20 @@ def label_smoothed_nll(
     return loss, nll, n_tokens
 
 
+def summed_nll(logits: Tensor, targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
+    """(the plain negative log-likelihood summed over the non-PAD targets, their count) for
+    logits (..., V) and targets (...): label_smoothed_nll's `nll` from the same kernel, summed
+    so that batches add up to a corpus mean (extrapolation, attnlab-eval's perplexity). No
+    gradient."""
+    with torch.no_grad():
+        flat_targets = targets.reshape(-1)
+        _, token_nll = _SmoothedCrossEntropy.apply(
+            logits.reshape(-1, logits.size(-1)), flat_targets, 0.0
+        )
+        real = flat_targets != pad_id
+        return torch.where(real, token_nll, 0.0).sum(), real.sum()
+
+
 def z_loss(logits: Tensor, targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
     """PaLM's auxiliary z-loss (Chowdhery et al., 2022, Sec. 5): mean over non-PAD targets of
     (log Z)^2, log Z = logsumexp_v x_v the log-partition of the output softmax, for logits

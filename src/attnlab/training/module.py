@@ -36,6 +36,7 @@ from torchmetrics import MaxMetric, MeanMetric, MinMetric
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.tasks import task_named
 from attnlab.tasks.base import Task
+from attnlab.training.compat import as_today
 from attnlab.training.diagnostics import probe
 from attnlab.training.losses import label_smoothed_nll, logits_for_loss, z_loss
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
@@ -54,8 +55,8 @@ class TransformerModule(L.LightningModule):
     model: the built Transformer, or its TransformerConfig fields (dict); optim, scheduler:
     partials of their classes, or their configs (`_target_` and arguments:
     attnlab.training.optimizer, .schedules); task: the data module's Task (attnlab.tasks), or
-    its name ("seq2seq", "lm"; null: the class's default_task, for checkpoints made before it
-    was an argument); max_steps: the run's length (the cosine schedule's default horizon);
+    its name ("seq2seq", "lm"; a checkpoint made before it was an argument has none:
+    attnlab.training.compat); max_steps: the run's length (the cosine schedule's default horizon);
     exact_match: greedy-decode every evaluation batch for val/ and test/exact_match. The
     hyper-parameters keep the plain forms (training/specs.py), so checkpoints reload with
     `load_from_checkpoint` alone, under weights_only. compile: torch.compile the model's
@@ -87,14 +88,17 @@ class TransformerModule(L.LightningModule):
     ) -> None:
         super().__init__()
         _check_arguments(optim, label_smoothing, z_loss, loss_normalize)
-        if (task or self.default_task) is None:
-            raise ValueError("TransformerModule needs a task; expected one of the data's tasks")
-        self.task = task if isinstance(task, Task) else task_named(task or self.default_task)
         if isinstance(model, Transformer):
             self.model, self.config = model, model.config
-        else:
-            self.config = TransformerConfig(**model)
-            self.model = Transformer(self.config)
+        else:  # a checkpoint's plain hyper-parameters, perhaps an older version's
+            saved = {"model": model, "optim": optim, "scheduler": scheduler, "task": task}
+            saved = as_today(saved, checkpoint=True)
+            optim, scheduler, task = saved["optim"], saved["scheduler"], saved["task"]
+            self.model = model_from_hparams(model)
+            self.config = self.model.config
+        if task is None:
+            raise ValueError("TransformerModule needs a task; expected one of the data's tasks")
+        self.task = task if isinstance(task, Task) else task_named(task)
         problem = self.task.arch_problem(self.config.arch)
         if problem:
             raise ValueError(problem)
@@ -128,8 +132,6 @@ class TransformerModule(L.LightningModule):
         # The unsmoothed nll of the first training batch before any update (kept in
         # checkpoints): the loss at initialization, where an LR sensitivity caps a diverged run.
         self.nll_init: Tensor | None = None
-
-    default_task: str | None = None  # the task of a checkpoint saved without one
 
     def _add_metrics(self) -> None:
         """The val/ and test/ means, and the best validation values (kept in checkpoints, so a
@@ -370,7 +372,7 @@ class TransformerModule(L.LightningModule):
     def schedule(self):
         """The learning-rate schedule, step (from 1) -> lr, of cfg.scheduler."""
         h = self.hparams
-        return schedule_from_config(h.scheduler, self.config.d_model, h.max_steps, h.optim)
+        return schedule_from_config(h.scheduler, self.config.d_model, h.max_steps)
 
     def peak_lr(self) -> float:
         """The largest learning rate the schedule takes (scheduler.peak_lr, or noam's own)."""
@@ -405,14 +407,7 @@ def _check_arguments(optim, label_smoothing, z_loss, loss_normalize) -> None:
         check_optimizer(as_spec(optim, "optim"))
 
 
-class Seq2SeqModule(TransformerModule):
-    """TransformerModule whose default task is seq2seq: checkpoints and subclasses made before
-    the task was an argument."""
-
-    default_task = "seq2seq"
-
-
-class LanguageModelModule(TransformerModule):
-    """TransformerModule whose default task is lm (as Seq2SeqModule)."""
-
-    default_task = "lm"
+def model_from_hparams(model: dict) -> Transformer:
+    """The Transformer a checkpoint's hyper_parameters["model"] describe (TransformerConfig's
+    fields, as `to_dict` wrote them): the one place a saved config becomes a model."""
+    return Transformer(TransformerConfig(**model))

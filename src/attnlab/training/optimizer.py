@@ -32,7 +32,6 @@ from attnlab.validation import number_problem, raise_first
 # Checkpoints saved before the optimizer was a torch `_target_` named it by `name` (with
 # `_target_` attnlab.training.optimizer.build_optimizer, or none); optimizer_from_config reads
 # them through this table.
-_LEGACY_NAMES = {"adam": "torch.optim.Adam", "adamw": "torch.optim.AdamW"}
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -53,25 +52,9 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def upgrade_config(optim: dict) -> dict:
-    """An optim config as today's: one saved with a `name` (adam, adamw; before the optimizer
-    was a torch `_target_`) names its torch class instead. A config of today is returned as
-    it is."""
-    spec = dict(optim)
-    if "name" in spec:
-        name = spec.pop("name")
-        if name not in _LEGACY_NAMES:
-            raise ValueError(
-                f"optim.name={name!r} is not valid; expected one of: {', '.join(_LEGACY_NAMES)}"
-            )
-        spec["_target_"] = _LEGACY_NAMES[name]
-    return spec
-
-
 def _spec(optim: dict) -> dict:
-    """cfg.optim as a partial of its `_target_` (upgrade_config), without an `lr` (checkpoints
-    made before scheduler.peak_lr was its home; schedules.schedule_from_config reads it)."""
-    spec = {k: v for k, v in upgrade_config(optim).items() if k != "lr"}
+    """cfg.optim (today's form: attnlab.training.compat) as a partial of its `_target_`."""
+    spec = dict(optim)
     if "_target_" not in spec:
         raise ValueError("optim._target_ is missing; expected an optimizer class such as "
                          "torch.optim.Adam (conf/optim/*.yaml)")  # fmt: skip

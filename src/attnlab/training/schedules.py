@@ -30,16 +30,6 @@ from hydra.utils import instantiate
 
 from attnlab.validation import integer_problem, number_problem, raise_first
 
-# Checkpoints saved before the schedules became classes name one by `name` (with `_target_`
-# attnlab.training.schedules.build_schedule, or none); schedule_from_config reads them through
-# this table. New configs name their class in `_target_`.
-_LEGACY_NAMES = {
-    "noam": "Noam",
-    "inverse_sqrt": "InverseSqrt",
-    "cosine": "Cosine",
-    "constant": "Constant",
-}
-
 
 def noam(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """Section 5.3: lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
@@ -203,39 +193,14 @@ class Constant(Schedule):
         return constant(step, self.peak_lr, self.warmup_steps)
 
 
-def upgrade_config(scheduler: dict, optim: dict | None = None) -> dict:
-    """A scheduler config as today's: one saved before the schedules were classes (a `name`, and
-    every schedule's keys) becomes its class in `_target_` with only the keys the class takes;
-    checkpoints made before scheduler.peak_lr became the one home kept the peak in optim.lr
-    (peak_lr null), read from `optim`. A config of today is returned as it is."""
-    if "name" not in scheduler:
-        return dict(scheduler)
-    spec = dict(scheduler)
-    name = spec.pop("name")
-    if name not in _LEGACY_NAMES:
-        raise ValueError(
-            f"scheduler.name={name!r} is not valid; expected one of: {', '.join(_LEGACY_NAMES)}"
-        )
-    cls = globals()[_LEGACY_NAMES[name]]
-    legacy_lr = (optim or {}).get("lr")
-    if spec.get("peak_lr") is None and name != "noam" and legacy_lr is not None:
-        spec["peak_lr"] = legacy_lr
-    taken = set(inspect.signature(cls).parameters)
-    return {
-        "_target_": f"{__name__}.{cls.__name__}",
-        "_partial_": True,
-        **{k: v for k, v in spec.items() if k in taken},
-    }
-
-
 def schedule_from_config(
-    scheduler: dict, d_model: int, max_steps: int | None, optim: dict | None = None
+    scheduler: dict, d_model: int, max_steps: int | None
 ) -> Callable[[int], float]:
     """The schedule of a run's config: cfg.scheduler (a plain dict) instantiated as a partial
     of its `_target_`, completed with the run's facts it declares and leaves null: `d_model`,
-    and `max_steps` (trainer.max_steps). `optim`: a checkpoint's optim hyper-parameters (old
-    checkpoints kept the peak in optim.lr)."""
-    spec = upgrade_config(scheduler, optim)
+    and `max_steps` (trainer.max_steps). An old checkpoint's is read through
+    attnlab.training.compat first."""
+    spec = dict(scheduler)
     if "_target_" not in spec:
         raise ValueError(
             "scheduler._target_ is missing; expected a schedule class such as "
