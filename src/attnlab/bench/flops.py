@@ -26,7 +26,9 @@ import re
 
 from torch import Tensor
 
+from attnlab.data.options import task_for_arch
 from attnlab.model.config import TransformerConfig
+from attnlab.tasks import task_named
 
 # Dense peak TFLOP/s from NVIDIA's datasheets: (bf16 / fp16 tensor cores, fp32 without TF32).
 # Matched against torch.cuda.get_device_name() in this order, as whole words (the first key
@@ -63,11 +65,9 @@ def forward_flops(cfg: TransformerConfig, batch: dict, pad_id: int) -> float:
     """Model FLOPs of one forward pass over `batch` (see the module docstring)."""
     d, a, f = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.d_ff
     per_token = 2 * (4 * d * a + 2 * d * f)
-    if cfg.arch == "decoder_only":
-        targets = _lengths(batch["tokens"], pad_id)
-        sources = [0] * len(targets)
-    else:
-        sources, targets = _lengths(batch["src"], pad_id), _lengths(batch["tgt_in"], pad_id)
+    *source, target = task_named(task_for_arch(cfg.arch)).inputs(batch)  # the model's inputs
+    targets = _lengths(target, pad_id)
+    sources = _lengths(source[0], pad_id) if source else [0] * len(targets)
     total = 0.0
     for s, t in zip(sources, targets, strict=True):
         encoder = s * per_token + 4 * a * s * s

@@ -6,8 +6,8 @@ Each task is one module of this package, named as the data modules name their ba
 inputs and targets, how the model's whole-sequence answers are predicted (exact match), and
 which keys the attention maps label their axes with, and whether a data module of its batches can
 feed a given model (`fit_problem`, asked by the run's builder). The LightningModule, its
-diagnostics and the attention maps ask the task; none of them branches on its name (the
-benchmark's FLOP count, bench/flops.py, still reads the batch keys itself). A new task is
+diagnostics, the attention maps and the benchmark's FLOP count ask the task; none of them
+branches on its name. A new task is
 a new module here (and its test); `task_named(name)` imports the one a run uses.
 """
 
