@@ -77,7 +77,6 @@ def test_every_grid_point_composes_and_validates(tmp_path):
                 actual = OmegaConf.select(cfg, key)
                 if OmegaConf.is_config(actual):
                     actual = OmegaConf.to_container(actual)
-                actual = getattr(actual, "value", actual)  # choice fields are str Enums
                 assert actual == yaml.safe_load(value), (label, override, actual)
     assert not failures, "\n".join(failures)
 

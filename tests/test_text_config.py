@@ -44,7 +44,7 @@ def test_schema_is_the_datamodules_options(option):
             assert f.name == "_target_" or f.default == wired[f.name], f.name
             continue
         value = f.default_factory() if f.default is MISSING else f.default
-        assert getattr(value, "value", value) == defaults[f.name], f.name  # Enums -> str
+        assert value == defaults[f.name], f.name
     target = next(f.default for f in fields(schema) if f.name == "_target_")
     assert target == f"{cls.__module__}.{cls.__name__}"
 
@@ -81,15 +81,16 @@ def test_each_text_option_composes_and_instantiates(compose, option, tmp_path):
     assert exact_match_enabled({"exact_match": reverse.exact_match}, reverse_class) is True
 
 
-def test_types_and_keys_are_checked_when_composing(compose):
-    for override in (
-        "data.max_tokens=lots",
-        "data.src_lang=fr",
-        "data.tokenizer_type=wordpiece",
-        "data.train_src=x.en",  # multi30k reads data.root
-    ):
+def test_types_and_keys_are_checked_when_composing_and_choices_when_built(compose):
+    for override in ("data.max_tokens=lots", "data.train_src=x.en"):  # multi30k reads data.root
         with pytest.raises(ConfigCompositionException):
             compose(["data=multi30k", override])
+    for override, message in (
+        ("data.src_lang=fr", r"^data.src_lang='fr' is not valid; expected one of: en, de"),
+        ("data.tokenizer_type=wordpiece", r"^data.tokenizer_type='wordpiece' is not valid"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            dry_build(compose(["data=multi30k", override]))
 
 
 def _preflight_lines(capsys, argv: list[str]) -> list[str]:
@@ -182,4 +183,4 @@ def test_text_presets(compose, option):
         assert cfg.data._target_.endswith("Multi30kDataModule")
     else:
         assert to_plain(cfg.model)["arch"] == "decoder_only" and cfg.data.block_size == 256
-        assert cfg.data.tokenizer_type.value == "char"
+        assert cfg.data.tokenizer_type == "char"

@@ -4,11 +4,13 @@
     schema.py       the ConfigStore: the model group (from attnlab.model.config), optim,
                     scheduler, loss, loggers, checkpoints, paths; registers the data schemas
     structured.py   OmegaConf-typed copies of the dataclasses that declare options (Literal
-                    choices -> Enums): the one bridge, so no option is declared twice
+                    choices -> str, checked by their class when built): the one bridge, so no
+                    option is declared twice
     data_schema.py  the data group's schemas, from attnlab.data.configs
     trainer_schema.py  every lightning.Trainer argument
     plain.py        composed configs as plain Python
-    preflight.py    the command line composed and every job built dry: one-line errors, exit 2
+    compose.py      the command line's jobs composed, Hydra's errors in one line (the
+                    preflight, attnlab.pipeline.preflight, builds each dry)
     resolvers.py    ${attnlab_*:...} resolvers (run directory, world size, accumulation)
     location.py     where conf/ is
 

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 
 def to_plain(node) -> Any:
-    """A composed config node as plain Python (dicts, lists, str instead of Enums), resolved."""
+    """A composed config node as plain Python (dicts, lists), resolved."""
     return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
 
 

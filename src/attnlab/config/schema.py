@@ -1,23 +1,21 @@
 """The config schema: dataclasses registered in Hydra's ConfigStore, one per config group.
 
 conf/train.yaml starts its defaults list with `train_schema`, so every composed config is typed:
-OmegaConf rejects `model.n_heads=two` or `model.pos_encoding=foo` (listing the valid choices)
-while composing. The model and data groups are made from the classes that declare their options
-(attnlab.model.config.TransformerConfig, attnlab.data.configs) by attnlab.config.structured
-(`Literal` choices -> str Enums); the harness's own groups are declared here, their choices
-str Enums of attnlab.training.options. The optimizer and the schedule are typed by their own
-classes (a `_target_` each), which check their arguments when built. None of these imports torch, so
-`attnlab-train --help` answers without loading it; attnlab.config.plain.to_plain turns the Enums
-back into plain strings.
+OmegaConf rejects `model.n_heads=two` or `model.n_head=2` while composing. The model and data
+groups are made from the classes that declare their options (attnlab.model.config
+.TransformerConfig, attnlab.data.configs) by attnlab.config.structured (`Literal` choices ->
+str); the harness's own groups are declared here. The optimizer and the schedule are typed by
+their own classes (a `_target_` each). None of these imports torch, so `attnlab-train --help`
+answers without loading it.
 
-Checks between fields (d_model divisible by n_heads, ...) are the constructors' own, asked when
-the run is built (attnlab.pipeline.build; the preflight builds it dry).
+Every value rule, a choice (`model.pos_encoding=foo`) or one between fields (d_model divisible
+by n_heads), is its constructor's own, asked when the run is built (attnlab.pipeline.build; the
+preflight builds it dry).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -27,16 +25,7 @@ from attnlab.config.data_schema import DATA_SCHEMAS
 from attnlab.config.resolvers import register as register_resolvers
 from attnlab.config.structured import structured
 from attnlab.config.trainer_schema import TrainerConfig
-from attnlab.model.config import ARCHS, TransformerConfig
-from attnlab.training.options import LOSS_NORMALIZATIONS
-
-
-def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
-    return Enum(name, {v: v for v in values}, type=str)
-
-
-Arch = _choices("Arch", ARCHS)
-LossNormalize = _choices("LossNormalize", LOSS_NORMALIZATIONS)
+from attnlab.model.config import TransformerConfig
 
 # The synthetic data's schema (the type of a composed cfg.data of data=copy|reverse|sort).
 SYNTHETIC_SCHEMA = DATA_SCHEMAS["synthetic_data_schema"]
@@ -76,7 +65,7 @@ class LossConfig:
     averages the ranks' means, which differs when ranks hold different numbers of tokens)."""
 
     label_smoothing: float = 0.1
-    normalize: LossNormalize = LossNormalize.tokens_global
+    normalize: str = "tokens_global"  # attnlab.training.options.LOSS_NORMALIZATIONS
     # z-loss (Chowdhery et al., 2022, PaLM: 1e-4): + z_loss * mean (log Z)^2 over the target
     # tokens, log Z the output's log-partition; 0: off. Never part of the nll metrics.
     z_loss: float = 0.0

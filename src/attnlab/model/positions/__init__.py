@@ -29,7 +29,6 @@ NAMES: tuple[str, ...] = module_names(__file__, ("sinusoidal", "learned", "rope"
 
 
 def encoding_class(name: str):
-    """The PositionalEncoding subclass of `name` (one of NAMES); ValueError otherwise."""
-    if name not in NAMES:
-        raise ValueError(f"pos_encoding={name!r} is not valid; expected one of: {', '.join(NAMES)}")
+    """The PositionalEncoding subclass of `name`, one of NAMES: the choice a TransformerConfig
+    checked when it was made (the one check of model.pos_encoding)."""
     return importlib.import_module(f"{__name__}.{name}").ENCODING
