@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from attnlab.config.plain import to_plain
 from attnlab.config.schema import HARNESS_MODEL_KEYS, ModelConfig
 from attnlab.config.trainer_schema import ATTNLAB_SETS, TrainerConfig
-from attnlab.data.configs import SYNTHETIC_TASKS
+from attnlab.data.configs import SYNTHETIC_ALGORITHMS
 from attnlab.model import Transformer, TransformerConfig
 from attnlab.pipeline.build import build
 from attnlab.runs.dotted import flatten
@@ -95,7 +95,7 @@ def test_every_data_option_instantiates(compose, option):
     assert dm.task in ("seq2seq", "lm") and (dm.pad_id, dm.bos_id, dm.eos_id) == (0, 2, 3)
 
 
-@pytest.mark.parametrize("task", SYNTHETIC_TASKS)
+@pytest.mark.parametrize("task", SYNTHETIC_ALGORITHMS)
 @pytest.mark.parametrize("model", ["small", "lm_small"])
 def test_synthetic_data_follows_the_model_arch(compose, task, model):
     dm = instantiate(to_plain(compose([f"data={task}", f"model={model}"]).data))
@@ -134,6 +134,7 @@ def test_every_optim_option_is_a_torch_adam_with_paper_betas(compose, option):
 @pytest.mark.parametrize("option", _options("trainer"))
 def test_every_trainer_option_is_trainer_kwargs(compose, option):
     kwargs = to_plain(compose([f"trainer={option}"]).trainer)
+    assert kwargs.pop("_target_") == "lightning.Trainer"
     assert set(kwargs) <= set(inspect.signature(L.Trainer.__init__).parameters)
     if option == "cpu":
         trainer = L.Trainer(**kwargs, logger=False, use_distributed_sampler=False)
@@ -143,11 +144,39 @@ def test_every_trainer_option_is_trainer_kwargs(compose, option):
 
 
 def test_trainer_keys_are_exactly_the_arguments_of_lightning_trainer():
-    keys = {f.name for f in fields(TrainerConfig)}
+    keys = {f.name for f in fields(TrainerConfig)} - {"_target_"}
     assert not keys & set(ATTNLAB_SETS)
     assert keys | set(ATTNLAB_SETS) == set(inspect.signature(L.Trainer.__init__).parameters) - {
         "self"
     }
+
+
+class CountingTrainer(L.Trainer):
+    """A Trainer of one's own, named by trainer._target_."""
+
+    made = 0
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+def test_the_trainer_is_the_class_its_target_names_and_a_bad_target_is_one_line(compose, tmp_path):
+    from attnlab.config.plain import plain_config
+    from attnlab.pipeline.build import ConfigRefused, attach
+
+    target = f"trainer._target_={__name__}.CountingTrainer"
+    cfg = plain_config(compose(["debug=tiny", "logger=none", target, f"paths.run_dir={tmp_path}"]))
+    built = attach(build(cfg, tmp_path), cfg, tmp_path, "run")
+    assert (
+        type(built.trainer) is CountingTrainer
+        and built.trainer.max_steps == cfg["trainer"]["max_steps"]
+    )
+    assert CountingTrainer.made >= 2  # the arguments' check built one too
+    with pytest.raises(
+        ConfigRefused, match=r"^trainer._target_='lightning.Trainr' cannot be found"
+    ):
+        dry_build(compose(["trainer._target_=lightning.Trainr"]))
 
 
 @pytest.mark.parametrize(

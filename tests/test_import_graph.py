@@ -84,7 +84,7 @@ def test_no_import_cycle_among_attnlabs_modules():
 
 
 # attnlab's packages from the bottom up (docs/architecture.md). A package imports only packages
-# on lower levels and the top-level modules (attnlab.validation, attnlab.programs); packages on
+# on lower levels and the top-level modules (attnlab.problems, attnlab.programs); packages on
 # one level import nothing from each other.
 LEVELS = (
     ("model", "data"),  # pure PyTorch; the data modules

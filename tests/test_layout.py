@@ -40,7 +40,7 @@ def test_the_comparison_and_sweep_runner_do_not_import_torch():
     assert "torch" not in loaded and "lightning" not in loaded
 
 
-@pytest.mark.parametrize("module", ["validation.py", "data/options.py", "runs/status.py"])
+@pytest.mark.parametrize("module", ["problems.py", "data/options.py", "runs/status.py"])
 def test_leaf_modules_import_nothing_from_attnlab(module):
     tree = ast.parse((SRC / module).read_text())
     imported = [

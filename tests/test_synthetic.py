@@ -256,13 +256,13 @@ def test_batch_seed_refuses_a_string():
 
 
 def test_the_problems_are_the_modules_of_their_package_and_a_typo_lists_them():
-    """attnlab.data.problems: one module per problem, found by file (no import); the data
+    """attnlab.data.algorithms: one module per problem, found by file (no import); the data
     schema's choices are those modules, so a new problem needs no list edited."""
-    from attnlab.data.configs import SYNTHETIC_TASKS
-    from attnlab.data.problems import NAMES, target_of
+    from attnlab.data.algorithms import NAMES, target_of
+    from attnlab.data.configs import SYNTHETIC_ALGORITHMS
     from attnlab.data.synthetic import make_pairs
 
-    assert NAMES == SYNTHETIC_TASKS == ("copy", "reverse", "sort")
+    assert NAMES == SYNTHETIC_ALGORITHMS == ("copy", "reverse", "sort")
     with pytest.raises(ValueError, match=r"^data.name='rot13' is not valid; expected one of: co"):
         make_pairs("rot13", 4, (1, 3), 16, torch.Generator().manual_seed(0))
     x = torch.tensor([[6, 4, 5, 0]])

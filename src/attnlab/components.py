@@ -1,5 +1,5 @@
 """Components found by file: a package whose modules are its choices (positional encodings,
-synthetic problems, tasks) lists them with `module_names`, without importing them, so the config
+synthetic algorithms, tasks) lists them with `module_names`, without importing them, so the config
 schema and `attnlab-train --help` stay free of torch. No torch, no harness imports."""
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def parse_args(argv: list[str]) -> EvalConfig:
 
 
 def _check(cfg) -> None:
-    from attnlab.validation import integer_problem
+    from attnlab.problems import integer_problem
 
     if (cfg.src_file is None) != (cfg.ref_file is None):
         raise EvalError(

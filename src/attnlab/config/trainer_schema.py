@@ -1,4 +1,5 @@
-"""cfg.trainer: every keyword argument of lightning.Trainer, as `trainer.<key>` (no `+`).
+"""cfg.trainer: the Trainer class (`_target_`: lightning.Trainer, or a subclass of one's own) and
+every keyword argument of lightning.Trainer, as `trainer.<key>` (no `+`).
 
 The keys attnlab-train sets itself (ATTNLAB_SETS) are not config keys: the config reaches them
 another way, named in the message a user gets for `trainer.<key>=...`. tests/test_config.py
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Trainer arguments that attnlab.pipeline.build.build_trainer passes itself, and the config
+# Trainer arguments that attnlab.training.trainer.build_trainer passes itself, and the config
 # that controls each.
 ATTNLAB_SETS = {
     "logger": "logger=wandb|csv|tensorboard|none, or several: logger=[wandb,tensorboard]",
@@ -28,6 +29,7 @@ class TrainerConfig:
     """Keyword arguments of lightning.Trainer (see its docs for each); the defaults are
     Lightning's except where a comment says otherwise."""
 
+    _target_: str = "lightning.Trainer"  # built by attnlab.training.trainer.build_trainer
     accelerator: str = "cpu"  # Lightning: auto
     strategy: str = "auto"
     devices: Any = 1  # Lightning: auto

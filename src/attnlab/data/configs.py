@@ -14,16 +14,16 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from attnlab.data.algorithms import NAMES as ALGORITHMS
 from attnlab.data.options import TASK_OF_ARCH
-from attnlab.data.problems import NAMES as PROBLEMS
 from attnlab.data.vocab import NUM_SPECIAL
 
-SyntheticTask = Literal[PROBLEMS]  # the modules of attnlab.data.problems
+SyntheticAlgorithm = Literal[ALGORITHMS]  # the modules of attnlab.data.algorithms
 ModelArch = Literal[tuple(TASK_OF_ARCH)]  # the model's arch, which picks the batch format
 TokenizerType = Literal["bpe", "unigram", "char"]  # SentencePiece model types
 Lang = Literal["en", "de"]  # Multi30K task 1
 
-SYNTHETIC_TASKS = get_args(SyntheticTask)
+SYNTHETIC_ALGORITHMS = get_args(SyntheticAlgorithm)
 TOKENIZER_TYPES = get_args(TokenizerType)
 MULTI30K_LANGS = get_args(Lang)
 
@@ -35,7 +35,7 @@ class SyntheticDataConfig:
     test split); eval_lengths: lengths scored one by one at the end (length extrapolation).
     arch: the model's, which decides the batch format (seq2seq or lm)."""
 
-    name: SyntheticTask = "reverse"
+    name: SyntheticAlgorithm = "reverse"
     arch: ModelArch = "encoder_decoder"
     n_symbols: int = 16
     train_len: list[int] = field(default_factory=lambda: [1, 12])
@@ -171,7 +171,7 @@ def options_of(config_class: type, options: Mapping, owner: str):
 
 def planned_vocab_size(data: Mapping) -> int:
     """The vocabulary a data config will give, known before the data module is built: the
-    synthetic problems' symbols, the special ids and, for a decoder-only model, the separator
+    synthetic algorithms' symbols, the special ids and, for a decoder-only model, the separator
     (attnlab.data.synthetic.SymbolTokenizer); otherwise the size asked of the tokenizer, which
     is trained later (or the smallest a model takes, where the config does not ask one)."""
     if "n_symbols" in data:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.validation import present
+from attnlab.problems import present
 
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20

@@ -28,7 +28,7 @@ from attnlab.data.files import DataFile, as_path
 from attnlab.data.options import SPLITS
 from attnlab.data.text import TokenizedDataModule, TokenStreamDataset, collate_lm, read_text
 from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
-from attnlab.validation import choice_problem, integer_problem, present
+from attnlab.problems import choice_problem, integer_problem, present
 
 log = logging.getLogger(__name__)
 

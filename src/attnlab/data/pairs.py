@@ -8,7 +8,7 @@ A decoder-only model reads it as one sequence, the source as a prompt (task "lm"
 with the loss only on y + [EOS] (targets elsewhere are PAD) and `prompt_len` = |x| + 2 marking
 where generation starts (attnlab.tasks.lm). SEP is one id outside the tokenizer's vocabulary
 (the data module's `sep_id`), so the model's vocabulary is one larger.
-The synthetic problems (attnlab.data.synthetic) and the translation data (.translation) both
+The synthetic algorithms (attnlab.data.synthetic) and the translation data (.translation) both
 build their batches here.
 """
 

@@ -1,4 +1,4 @@
-"""Synthetic sequence problems (attnlab.data.problems: copy, reverse, sort, ...), generated
+"""Synthetic sequence algorithms (attnlab.data.algorithms: copy, reverse, sort, ...), generated
 from the seed: no files.
 
 Every batch is a pure function of (seed, split, batch index), so runs are reproducible.
@@ -31,14 +31,14 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnlab.data.algorithms import target_of
 from attnlab.data.batching import per_rank_batch_size
-from attnlab.data.configs import SYNTHETIC_TASKS, SyntheticDataConfig, options_of
+from attnlab.data.configs import SYNTHETIC_ALGORITHMS, SyntheticDataConfig, options_of
 from attnlab.data.options import TASK_OF_ARCH, task_for_arch
 from attnlab.data.pairs import lm_pairs, seq2seq_pairs
-from attnlab.data.problems import target_of
 from attnlab.data.resumable import ResumableDataModule
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID
-from attnlab.validation import choice_problem, integer_problem, not_valid, present, raise_first
+from attnlab.problems import choice_problem, integer_problem, not_valid, present, raise_first
 
 _SPLITS = {"train": 0, "val": 1, "test": 2}
 _LENGTH_STREAM = 3  # length_batches' examples: a stream of their own
@@ -114,13 +114,13 @@ class SymbolTokenizer:
 
 
 def make_pairs(
-    task: str, n: int, length: tuple[int, int], n_symbols: int, generator: torch.Generator
+    algorithm: str, n: int, length: tuple[int, int], n_symbols: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n random inputs x with |x| uniform in [length[0], length[1]] and their targets y.
 
     Returns x (n, L) and y (n, L), right-padded with PAD, and the lengths (n,); |y| = |x|.
     """
-    answer = target_of(task)  # ValueError naming data.name and the problems, before drawing
+    answer = target_of(algorithm)  # ValueError naming data.name and the choices, before drawing
     lo, hi = length
     lengths = torch.randint(lo, hi + 1, (n,), generator=generator)
     width = int(lengths.max())
@@ -235,7 +235,7 @@ class SyntheticDataModule(ResumableDataModule):
         """One line per bad option, each naming its data.<key>."""
         val_len = o.train_len if o.val_len is None else o.val_len
         problems = present(
-            choice_problem("data.name", o.name, SYNTHETIC_TASKS),
+            choice_problem("data.name", o.name, SYNTHETIC_ALGORITHMS),
             choice_problem("data.arch", o.arch, tuple(TASK_OF_ARCH)),
             _length_range_problem("data.train_len", o.train_len),
             _length_range_problem("data.eval_len", o.eval_len),

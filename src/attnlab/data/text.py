@@ -27,7 +27,7 @@ from attnlab.data.tokenizer import (
     settings_problems,
 )
 from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from attnlab.validation import integer_problem, present, raise_first
+from attnlab.problems import integer_problem, present, raise_first
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import sentencepiece as spm
 from attnlab.data.configs import TOKENIZER_TYPES
 from attnlab.data.download import sha256_file
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, UNK_ID
-from attnlab.validation import choice_problem, integer_problem, present, raise_first
+from attnlab.problems import choice_problem, integer_problem, present, raise_first
 
 log = logging.getLogger(__name__)
 

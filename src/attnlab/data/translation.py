@@ -32,7 +32,7 @@ from attnlab.data.options import SPLITS, TASK_OF_ARCH, task_for_arch
 from attnlab.data.pairs import pair_collate
 from attnlab.data.text import ParallelTextDataset, TokenizedDataModule, read_lines
 from attnlab.data.tokenizer import Tokenizer, fingerprint, train_or_load
-from attnlab.validation import choice_problem, integer_problem, present
+from attnlab.problems import choice_problem, integer_problem, present
 
 log = logging.getLogger(__name__)
 

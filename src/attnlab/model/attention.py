@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from attnlab.model.config import ATTN_SCALES
 from attnlab.model.context import PLAIN, AttentionContext
 from attnlab.model.positions.rope import apply_rope
-from attnlab.validation import choice_problem, raise_first
+from attnlab.problems import choice_problem, raise_first
 
 
 def scaled_dot_product_attention(

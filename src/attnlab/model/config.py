@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Literal, get_args
 
 from attnlab.model.positions import NAMES as _ENCODINGS
-from attnlab.validation import (
+from attnlab.problems import (
     choice_problem,
     integer_problem,
     not_valid,

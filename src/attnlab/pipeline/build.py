@@ -27,8 +27,8 @@ from pathlib import Path
 
 from attnlab.data.configs import planned_vocab_size
 from attnlab.data.vocab import PAD_ID
-from attnlab.pipeline.console import PROG, say
-from attnlab.validation import integer_problem, number_problem, present, raise_first
+from attnlab.problems import integer_problem, raise_first
+from attnlab.training.trainer import trainer_problem
 
 
 class ConfigRefused(ValueError):
@@ -49,6 +49,7 @@ class Built:
     loggers: list = field(default_factory=list)
     preemption: object | None = None
     callbacks: list = field(default_factory=list)
+    trainer_class: type | None = None  # trainer._target_
 
 
 def build(cfg, run_dir: Path | None = None, dry: bool = False, local: bool = True) -> Built:
@@ -88,16 +89,20 @@ def _build(plain: dict, run_dir: Path | None, dry: bool, local: bool) -> Built:
     for key, node in plain["logger"].items():  # built by attach (W&B starts then): named here
         if node:
             located(node.get("_target_"), f"logger.{key}._target_")
-    raise_first([trainer_problem(plain["trainer"], plain["optim"], local)])
-    return Built(datamodule, module, callbacks=callbacks)
+    trainer_class = located(plain["trainer"].get("_target_"), "trainer._target_")
+    raise_first([trainer_problem(trainer_class, plain["trainer"], plain["optim"], local)])
+    return Built(datamodule, module, callbacks=callbacks, trainer_class=trainer_class)
 
 
 def attach(built: Built, plain: dict, run_dir: Path, name: str) -> Built:
     """The run's loggers (W&B starts here) and its Trainer, with the built callbacks."""
     from attnlab.runs.loggers import build_loggers
+    from attnlab.training.trainer import build_trainer
 
     loggers = build_loggers(plain, run_dir, name)
-    trainer, preemption = build_trainer(plain, built.callbacks, run_dir, loggers)
+    trainer, preemption = build_trainer(
+        built.trainer_class, plain, built.callbacks, run_dir, loggers
+    )
     built.loggers, built.trainer, built.preemption = loggers, trainer, preemption
     return built
 
@@ -169,7 +174,7 @@ def build_datamodule(data: dict, trainer: dict):
     from attnlab.config.resolvers import world_size
     from attnlab.data.batching import per_rank_batch_size
     from attnlab.data.resumable import make_resumable
-    from attnlab.validation import is_integer
+    from attnlab.problems import is_integer
 
     cls = located(data.get("_target_"), "data._target_")
     problems = cls.check(data) if hasattr(cls, "check") else []
@@ -285,140 +290,3 @@ def build_callbacks(plain: dict, module, run_dir: Path) -> list:
             raise_first([callback.check_run(f"callbacks.{key}", module, plain["trainer"])])
         callbacks.append(callback)
     return callbacks + periodic_checkpoints(run_dir / "checkpoints", **plain["checkpoint"])
-
-
-# --- the Trainer ------------------------------------------------------------------------------
-
-
-def build_trainer(plain: dict, callbacks: list, run_dir: Path, loggers: list):
-    """lightning.Trainer from cfg["trainer"], with the callbacks, preemption handling, RNG
-    state in checkpoints, the progress bar and the summary; (trainer, preemption)."""
-    import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.utilities import rank_zero_only
-
-    from attnlab.runs import quiet
-    from attnlab.training.callbacks import LoggingStep, Preemption, RNGState
-    from attnlab.training.environment import (
-        apply_gpu_memory_share,
-        cluster_plugins,
-        warn_if_bf16_is_emulated,
-    )
-    from attnlab.training.progress import progress_bar
-    from attnlab.training.pruning import sweep_pruning
-    from attnlab.training.short_runs import validation_interval, warmup_warning
-    from attnlab.training.summary import ParamsSummary
-
-    preemption = Preemption(run_dir / "checkpoints")
-    callbacks = [*callbacks, preemption, RNGState(), LoggingStep()]
-    callbacks += sweep_pruning()  # a trial of a searched sweep (attnlab.sweeps.search)
-    kwargs = dict(plain["trainer"])
-    callbacks += progress_bar(kwargs.get("enable_progress_bar", True))
-    if kwargs.get("enable_model_summary", True):
-        callbacks.append(ParamsSummary())  # Lightning's, without a FLOPs column of zeros
-    quiet.install()  # Lightning's GPU/TPU census and litlogger tip (attnlab.runs.quiet)
-    interval, why = validation_interval(
-        kwargs.get("val_check_interval"), kwargs.get("max_steps"),
-        kwargs.get("accumulate_grad_batches", 1),
-    )  # fmt: skip
-    kwargs["val_check_interval"] = interval
-    for line in (why, warmup_warning(plain["scheduler"], kwargs.get("max_steps"))):
-        if line:
-            say(line)
-    trainer = L.Trainer(
-        **kwargs,
-        logger=loggers,
-        callbacks=callbacks,
-        # checkpoints come from a ModelCheckpoint in `callbacks` only (callbacks=none: none)
-        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
-        default_root_dir=str(run_dir),
-        use_distributed_sampler=False,  # the data modules shard by rank themselves
-        plugins=cluster_plugins(),
-    )
-    if trainer.fast_dev_run:
-        trainer.loggers = loggers  # Lightning mutes loggers here; metrics.csv is always written
-    if rank_zero_only.rank == 0:
-        warn_if_bf16_is_emulated(trainer, PROG)
-    apply_gpu_memory_share()  # attnlab-sweep --trials-per-gpu K: 1/K of each GPU's memory
-    return trainer, preemption
-
-
-_FP16_MIXED = ("16-mixed", "16")
-# Lightning's order of resolving the Trainer's arguments: the device keys first.
-_FIRST = ("accelerator", "devices", "num_nodes", "strategy", "precision")
-
-
-def trainer_problem(trainer: dict, optim: dict, local: bool = True) -> str | None:
-    """Why lightning.Trainer would refuse `trainer` (cfg.trainer) on this machine, or None: the
-    few values Lightning takes but cannot be meant (a negative clipping threshold, fp16 on a
-    CPU, a fused optimizer under fp16's scaler), then Lightning's own refusal, found by
-    building a Trainer from these arguments alone; the offending key is the first that, added
-    to those before it, is refused. Not `local` (a remote launcher's jobs): the device keys are
-    the other machine's, and only the values are checked."""
-    clip = trainer.get("gradient_clip_val")
-    problems = present(
-        None if clip is None else number_problem("trainer.gradient_clip_val", clip, 0.0),
-        integer_problem(
-            "trainer.accumulate_grad_batches", trainer.get("accumulate_grad_batches", 1), 1
-        ),
-        _fused_problem(optim, trainer),
-    )
-    if problems or not local:
-        return problems[0] if problems else None
-    precision = str(trainer.get("precision", "32-true"))
-    if precision in _FP16_MIXED and _accelerator(trainer) == "cpu":
-        return (
-            f"trainer.precision={precision} is not supported on a CPU (Lightning would use "
-            "bf16-mixed instead); expected 32-true or bf16-mixed, or trainer.accelerator=gpu"
-        )
-    if _refusal(trainer) is None:
-        return None
-    ordered = [k for k in _FIRST if k in trainer] + [k for k in trainer if k not in _FIRST]
-    for i, key in enumerate(ordered):
-        error = _refusal({k: trainer[k] for k in ordered[: i + 1]})
-        if error is not None:
-            return (
-                f"trainer.{key}={trainer[key]!r} is not valid here: {' '.join(str(error).split())}"
-            )
-    return None
-
-
-def _fused_problem(optim: dict, trainer: dict) -> str | None:
-    """A fused optimizer unscales 16-mixed's gradients inside its step, too late for clipping
-    (a rule between the optimizer and the Trainer, asked by their builder)."""
-    if optim.get("fused") and str(trainer.get("precision")) in _FP16_MIXED:
-        return (
-            f"optim.fused=true does not work with trainer.precision={trainer['precision']} "
-            "(its gradient scaler must unscale before clipping); expected optim.fused=null or "
-            "false, or trainer.precision=bf16-mixed"
-        )
-    return None
-
-
-def _accelerator(trainer: dict) -> str:
-    accelerator = str(trainer.get("accelerator", "auto"))
-    if accelerator == "auto":
-        import torch
-
-        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
-    return accelerator
-
-
-def _refusal(kwargs: dict) -> Exception | None:
-    """Lightning's exception for these Trainer arguments alone (quietly), or None."""
-    import warnings
-
-    import lightning as L
-
-    logger = logging.getLogger("lightning.pytorch")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            L.Trainer(**kwargs, logger=False, enable_checkpointing=False, callbacks=[])
-    except Exception as err:  # MisconfigurationException, ValueError, RuntimeError, ...
-        return err
-    finally:
-        logger.setLevel(level)
-    return None

@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.plain import plain_config
 from attnlab.pipeline.build import Built, attach, build
-from attnlab.pipeline.console import say
 from attnlab.runs.checkpoints import find_resume_checkpoint, has_step, link_same_steps
+from attnlab.runs.console import say
 from attnlab.runs.dotted import flatten
 from attnlab.runs.guard import RunState, run_guard
 from attnlab.runs.identity import RunConfigChanged, config_drift

@@ -12,7 +12,7 @@ from pathlib import Path
 from attnlab import programs
 from attnlab.runs.history import logged_rows, wandb_segments
 from attnlab.runs.identity import wandb_run_id
-from attnlab.runs.wandb import skipping_unused_launch_inputs, wandb_mode, wandb_offline_reason
+from attnlab.runs.wandb import wandb_mode, wandb_offline_reason
 
 PROG = programs.TRAIN
 TENSORBOARD_EXTRA = 'pip install "attnlab[tensorboard]"'
@@ -58,8 +58,7 @@ def wandb_logger(run: RunForLoggers, project: str, entity: str | None = None,
         return None
     with _keep_env("WANDB_MODE"):  # Lightning sets WANDB_MODE=dryrun for offline runs
         logger, offline_reason = _wandb_logger(run, project, entity, offline, log_model)
-        with skipping_unused_launch_inputs():
-            logger.experiment  # noqa: B018  wandb.init, here (rank 0; Lightning would later)
+        logger.experiment  # noqa: B018  wandb.init, here (rank 0; Lightning would later)
     if offline_reason and rank_zero_only.rank == 0:
         print(f"{PROG}: W&B is offline ({offline_reason}); upload later with: "
               f"{upload_command(run.run_dir, logger.experiment.id)}")  # fmt: skip

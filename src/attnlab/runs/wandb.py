@@ -3,13 +3,9 @@ run's final status. wandb is imported only when a function needs it."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import socket
-import sys
 import threading
-import types
-from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 
@@ -96,42 +92,3 @@ def finish_wandb(loggers, results: dict) -> None:
                 summary[key] = results[key]
         logger.experiment.summary.update(summary)
         wandb.finish(exit_code=exit_code([results["status"]]))
-
-
-LAUNCH_INPUTS = "wandb.sdk.launch.inputs.internal"
-
-
-@contextmanager
-def skipping_unused_launch_inputs():
-    """Within the block, wandb.init does not import W&B Launch's agent (about 0.45 s, a sixth of
-    attnlab-train's start) where that import could do nothing.
-
-    wandb.init imports `wandb.sdk.launch.inputs.internal` only to apply the job inputs staged in
-    this process, which live in that module's StagedLaunchInputs singleton: where the module is not
-    loaded yet, nothing was staged and applying is a no-op. Then a stand-in module with an empty
-    StagedLaunchInputs answers that import; any other name asked of it loads the real module. The
-    stand-in is gone after the block. Where the module is loaded (W&B Launch in use), nothing
-    changes."""
-    if LAUNCH_INPUTS in sys.modules:
-        yield
-        return
-    stand_in = types.ModuleType(LAUNCH_INPUTS, "attnlab: nothing staged for W&B Launch")
-
-    class StagedLaunchInputs:
-        def apply(self, run) -> None:
-            """Nothing was staged: the real module was never loaded."""
-
-    def real(name: str):
-        if name.startswith("__"):  # the import system's probes (__path__, ...): not names
-            raise AttributeError(name)
-        sys.modules.pop(LAUNCH_INPUTS, None)
-        return getattr(importlib.import_module(LAUNCH_INPUTS), name)
-
-    stand_in.StagedLaunchInputs = StagedLaunchInputs
-    stand_in.__getattr__ = real
-    sys.modules[LAUNCH_INPUTS] = stand_in
-    try:
-        yield
-    finally:
-        if sys.modules.get(LAUNCH_INPUTS) is stand_in:
-            del sys.modules[LAUNCH_INPUTS]

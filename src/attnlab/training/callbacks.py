@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from attnlab.validation import integer_problem, raise_first
+from attnlab.problems import integer_problem, raise_first
 
 
 class Preemption(L.Callback):

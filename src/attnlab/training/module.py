@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
+from attnlab.problems import choice_problem, number_problem, raise_first
 from attnlab.tasks import task_named
 from attnlab.tasks.base import Task
 from attnlab.training.compat import as_today
@@ -44,7 +45,6 @@ from attnlab.training.optimizer import check_optimizer, optimizer_from_config
 from attnlab.training.options import LOSS_NORMALIZATIONS
 from attnlab.training.schedules import lr_lambda, peak_of, schedule_from_config
 from attnlab.training.specs import as_spec
-from attnlab.validation import choice_problem, number_problem, raise_first
 
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 
@@ -91,8 +91,7 @@ class TransformerModule(L.LightningModule):
         if isinstance(model, Transformer):
             self.model, self.config = model, model.config
         else:  # a checkpoint's plain hyper-parameters, perhaps an older version's
-            saved = {"model": model, "optim": optim, "scheduler": scheduler, "task": task}
-            saved = as_today(saved, checkpoint=True)
+            saved = as_today(dict(model=model, optim=optim, scheduler=scheduler, task=task), True)
             optim, scheduler, task = saved["optim"], saved["scheduler"], saved["task"]
             self.model = model_from_hparams(model)
             self.config = self.model.config

@@ -27,7 +27,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from attnlab.model.layers import Embeddings
-from attnlab.validation import number_problem, raise_first
+from attnlab.problems import number_problem, raise_first
 
 # Checkpoints saved before the optimizer was a torch `_target_` named it by `name` (with
 # `_target_` attnlab.training.optimizer.build_optimizer, or none); optimizer_from_config reads

@@ -28,7 +28,7 @@ from functools import cached_property
 
 from hydra.utils import instantiate
 
-from attnlab.validation import integer_problem, number_problem, raise_first
+from attnlab.problems import integer_problem, number_problem, raise_first
 
 
 def noam(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:

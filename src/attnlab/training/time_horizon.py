@@ -26,8 +26,8 @@ import math
 import lightning as L
 from lightning.pytorch.callbacks import Timer
 
+from attnlab.problems import integer_problem, number_problem, raise_first
 from attnlab.training.schedules import lr_lambda
-from attnlab.validation import integer_problem, number_problem, raise_first
 
 
 class TimeBudgetHorizon(L.Callback):

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.model.positions.base import PositionalEncoding
-from attnlab.validation import not_valid
+from attnlab.problems import not_valid
 
 
 class LearnedPositionalEmbedding(PositionalEncoding):

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from attnlab.model.positions.base import PositionalEncoding
-from attnlab.validation import not_valid
+from attnlab.problems import not_valid
 
 
 def sinusoidal_encoding(

@@ -1,6 +1,7 @@
-"""One wording for every bad argument: `key=value is not valid; expected ...`.
+"""Problems: the one-line messages for bad arguments, in one wording, `key=value is not valid;
+expected ...` (the word "problem" means such a line throughout attnlab).
 
-The model's TransformerConfig, the DataModules, the config validation and the commands all
+The model's TransformerConfig, the DataModules, the run's builder and the commands all
 phrase a rejected value the same way, through these helpers. Each `*_problem` returns the
 one-line message, or None when the value is fine, so callers can collect several problems;
 `raise_first` turns the first into a ValueError. This module imports nothing from attnlab (and
