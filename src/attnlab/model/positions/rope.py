@@ -20,26 +20,20 @@ class RotaryEmbedding(PositionalEncoding):
 
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
-        if head_dim % 2:
-            raise ValueError(f"RoPE needs an even head dimension, got d_k={head_dim}")
+        if head_dim % 2:  # its one rule, asked once: here, whether built from a config or not
+            raise ValueError(
+                not_valid(
+                    "d_k",
+                    head_dim,
+                    "an even head width with pos_encoding='rope' (d_k = d_model / n_heads "
+                    "unless set)",
+                )
+            )
         self.head_dim, self.base = head_dim, base
 
     @classmethod
     def build(cls, cfg) -> RotaryEmbedding:
         return cls(cfg.head_dim)
-
-    @classmethod
-    def problems(cls, cfg) -> list[str]:
-        if cfg.head_dim % 2:
-            return [
-                not_valid(
-                    "d_k",
-                    cfg.head_dim,
-                    "an even head width with pos_encoding='rope' (d_k = d_model / n_heads "
-                    "unless set)",
-                )
-            ]
-        return []
 
     def forward(self, t: int, offset: int = 0, device=None) -> tuple[Tensor, Tensor]:
         """cos, sin of m * theta_i, each (T, d/2) float32, for positions m = offset .. offset +
