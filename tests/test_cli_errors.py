@@ -44,7 +44,7 @@ BAD = [
     (
         "data=nope",
         "data='nope' is not valid; expected one of: copy, lm_text, multi30k, parallel_text, "
-        "reverse, sort, tinyshakespeare",
+        "reverse, shift, sort, tinyshakespeare",
     ),
     ("model.dropout=-0.1", "model.dropout=-0.1 is not valid; expected a number in [0, 1)"),
     ("trainer.max_steps=abc", "trainer.max_steps='abc' is not valid; expected an integer"),
@@ -192,7 +192,7 @@ def test_help_lists_the_config_groups_and_options(tmp_path):
     assert proc.returncode == 0
     assert "model: lm_small, small, transformer_base, transformer_big" in proc.stdout
     assert "scheduler: constant, cosine, inverse_sqrt, noam" in proc.stdout
-    data = "data: copy, lm_text, multi30k, parallel_text, reverse, sort, tinyshakespeare"
+    data = "data: copy, lm_text, multi30k, parallel_text, reverse, shift, sort, tinyshakespeare"
     assert data in proc.stdout
     for group in ("data:", "optim:", "trainer:", "logger:", "callbacks:", "experiment:"):
         assert f"\n{group} " in proc.stdout, group

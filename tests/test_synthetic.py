@@ -26,8 +26,9 @@ def _rows(batch):
 
 @pytest.mark.parametrize(
     ("name", "fn"),
-    [("copy", lambda x: x), ("reverse", lambda x: x[::-1]), ("sort", sorted)],
-)
+    [("copy", lambda x: x), ("reverse", lambda x: x[::-1]), ("sort", sorted),
+     ("shift", lambda x: x[1:] + x[:1])],
+)  # fmt: skip
 def test_targets_are_the_task_of_the_source(name, fn):
     dm = _dm(name=name, batch_size=32)
     for x, y in _rows(dm.datasets["train"][0]):
@@ -255,15 +256,18 @@ def test_batch_seed_refuses_a_string():
         batch_seed(1, "length", 16)
 
 
-def test_the_problems_are_the_modules_of_their_package_and_a_typo_lists_them():
-    """attnlab.data.algorithms: one module per problem, found by file (no import); the data
-    schema's choices are those modules, so a new problem needs no list edited."""
+def test_the_algorithms_are_the_modules_of_their_package_and_a_typo_lists_them():
+    """attnlab.data.algorithms: one module per algorithm, found by file (no import); the data
+    schema's choices are those modules, so a new algorithm needs no list edited (shift was
+    added as its module, its conf/data file and these lines)."""
     from attnlab.data.algorithms import NAMES, target_of
     from attnlab.data.configs import SYNTHETIC_ALGORITHMS
     from attnlab.data.synthetic import make_pairs
 
-    assert NAMES == SYNTHETIC_ALGORITHMS == ("copy", "reverse", "sort")
+    assert NAMES == SYNTHETIC_ALGORITHMS == ("copy", "reverse", "sort", "shift")
     with pytest.raises(ValueError, match=r"^data.name='rot13' is not valid; expected one of: co"):
         make_pairs("rot13", 4, (1, 3), 16, torch.Generator().manual_seed(0))
     x = torch.tensor([[6, 4, 5, 0]])
     assert target_of("sort")(x, torch.tensor([3]), 16).tolist() == [[4, 5, 6, 0]]
+    assert target_of("shift")(x, torch.tensor([3]), 16).tolist() == [[4, 5, 6, 0]]
+    assert target_of("shift")(x, torch.tensor([1]), 16).tolist() == [[6, 0, 0, 0]]
