@@ -17,6 +17,11 @@
 #                                        # ratio to torch.nn.Transformer; activation checkpointing
 #     scripts/gpu_battery.sh attention   # attention 128..8192, fused against reference memory
 #     scripts/gpu_battery.sh tests       # the tests marked gpu (mixed precision on a GPU)
+#     scripts/gpu_battery.sh probe       # FIRST when a GPU is lent (issue 48), < 8 minutes: the
+#                                        # base model compiled, each switch on and off (5
+#                                        # repeats), then sweeps/gpu_probe_trials.yaml's 12
+#                                        # trials at once against one at a time: trials/hour;
+#                                        # battery-probe.json and battery-probe.md
 # Each step writes battery-<step>.json / .log into $OUT (the device tool brings $OUT back).
 # W&B is not used there (nothing can be reached from the machine): runs log to metrics.csv.
 #
@@ -39,6 +44,12 @@ BASE=(model=transformer_base data=copy data.n_symbols=36996 "data.train_len=[25,
 BENCH=(--steps 10 --repeats 5)
 MULTI30K=(experiment=multi30k data.root=.battery/multi30k logger=csv paths.root=outputs/battery)
 STEP_SECONDS=${STEP_SECONDS:-540}
+# The probe's switches: name and the overrides that turn it off (the base has each on).
+PROBE_SWITCHES=("skip_padding model.skip_padding=false" "fused_adam optim.fused=false")
+PROBE_BENCH=(--vs-torch-nn --compile on --steps 10 --repeats 5)
+PROBE_TRIALS=(--trials-per-gpu 12 --gpus 0)
+PROBE_ONE=(--parallel 1)
+PROBE_TRIAL_OVERRIDES=(trainer=gpu)
 if [[ $DRY_RUN == 1 ]]; then
   BASE=(debug=tiny data=copy data.n_symbols=60 "data.train_len=[6,6]" data.batch_size=8
         trainer.precision=32-true logger=none)
@@ -49,6 +60,11 @@ if [[ $DRY_RUN == 1 ]]; then
              callbacks.translation_quality.val_subset=8 trainer.limit_val_batches=2
              trainer.limit_test_batches=2)
   STEP_SECONDS=${STEP_SECONDS_DRY:-300}
+  PROBE_BENCH=(--vs-torch-nn --compile off --quick)
+  PROBE_TRIALS=(--parallel 2 --count 2)
+  PROBE_ONE=(--parallel 1 --count 2)
+  PROBE_TRIAL_OVERRIDES=(trainer=cpu trainer.max_steps=4 trainer.val_check_interval=2
+                         model.d_model=16 model.d_ff=32 model.n_heads=2 model.n_decoder_layers=1)
 fi
 read -ra EXTRA <<< "${EXTRA_OVERRIDES:-}"  # e.g. EXTRA_OVERRIDES="seed=2": added to every step
 BASE+=("${EXTRA[@]}")
@@ -91,6 +107,31 @@ attention() {
 
 tests() {
   $PY -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tee "$OUT/battery-tests.log"
+}
+
+probe() {
+  # 1. the base model compiled, with every switch on, then each switch off (5 repeats each)
+  $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" --json "$OUT/probe-base.json" \
+    > "$OUT/probe-base.log" 2>&1
+  local entry name overrides
+  for entry in "${PROBE_SWITCHES[@]}"; do
+    read -r name overrides <<< "$entry"
+    $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" $overrides \
+      --json "$OUT/probe-no_$name.json" > "$OUT/probe-no_$name.log" 2>&1
+  done
+  # 2. many small trials on one device at once, then the same trials one at a time (their run
+  # folders stay there, outside $OUT; the table reads their results.json)
+  rm -rf outputs/probe
+  local start
+  start=$SECONDS
+  $PY -m attnlab.cli.sweep sweeps/gpu_probe_trials.yaml "${PROBE_TRIALS[@]}" \
+    --out outputs/probe/at-once "${PROBE_TRIAL_OVERRIDES[@]}" > "$OUT/probe-trials.log" 2>&1
+  echo "at_once_s $((SECONDS - start))" > "$OUT/probe-trials.txt"
+  start=$SECONDS
+  $PY -m attnlab.cli.sweep sweeps/gpu_probe_trials.yaml "${PROBE_ONE[@]}" \
+    --out outputs/probe/one-at-a-time "${PROBE_TRIAL_OVERRIDES[@]}" >> "$OUT/probe-trials.log" 2>&1
+  echo "one_at_a_time_s $((SECONDS - start))" >> "$OUT/probe-trials.txt"
+  $PY scripts/probe_table.py "$OUT"
 }
 
 multi30k() {
@@ -145,9 +186,9 @@ print("multi30k:", json.dumps(summary))
 PY
 }
 
-step=${1:?usage: scripts/gpu_battery.sh prepare|multi30k|multi30k-start|multi30k-watch|bench|attention|tests}
+step=${1:?usage: scripts/gpu_battery.sh prepare|probe|multi30k|multi30k-start|multi30k-watch|bench|attention|tests}
 case $step in
   prepare) prepare ;;
-  bench|attention|multi30k|multi30k-start|multi30k-watch|tests) setup; $step ;;
-  *) echo "gpu_battery.sh: unknown step '$step'; expected prepare, multi30k, multi30k-start, multi30k-watch, bench, attention or tests" >&2; exit 2 ;;
+  probe|bench|attention|multi30k|multi30k-start|multi30k-watch|tests) setup; $step ;;
+  *) echo "gpu_battery.sh: unknown step '$step'; expected prepare, probe, multi30k, multi30k-start, multi30k-watch, bench, attention or tests" >&2; exit 2 ;;
 esac

@@ -84,8 +84,8 @@ def test_no_import_cycle_among_attnlabs_modules():
 
 
 # attnlab's packages from the bottom up (docs/architecture.md). A package imports only packages
-# on lower levels and the top-level modules (attnlab.problems, attnlab.programs); packages on
-# one level import nothing from each other.
+# on lower levels and the top-level modules (attnlab.problems, attnlab.programs,
+# attnlab.components); packages on one level import nothing from each other.
 LEVELS = (
     ("model", "data"),  # pure PyTorch; the data modules
     ("tasks",),  # how a task's batches meet the model

@@ -81,9 +81,6 @@ def describe(err: BaseException) -> str:
 
 def _describe_omegaconf(err: OmegaConfBaseException, outer: BaseException) -> str:
     key, value, msg = err.full_key, err.value, _first_line(err.msg or str(err))
-    choices = re.match(r"Invalid value .*, expected one of \[(.*)\]$", msg)
-    if choices:
-        return f"{key}={value!r} is not valid; expected one of: {choices.group(1)}"
     converted = re.match(r"Value .* could not be converted to (\w+)$", msg)
     if converted:
         kind = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}

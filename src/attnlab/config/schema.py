@@ -27,7 +27,7 @@ from attnlab.config.structured import structured
 from attnlab.config.trainer_schema import TrainerConfig
 from attnlab.model.config import TransformerConfig
 
-# The synthetic data's schema (the type of a composed cfg.data of data=copy|reverse|sort).
+# The synthetic data's schema (the type of a composed cfg.data of data=copy, reverse, ...).
 SYNTHETIC_SCHEMA = DATA_SCHEMAS["synthetic_data_schema"]
 
 # The `model` group: TransformerConfig's fields (its only declaration, attnlab.model.config)

@@ -1,6 +1,6 @@
 """The synthetic algorithms (attnlab.data.synthetic): what the answer to a random sequence is.
 
-(An "algorithm" here: copy, reverse, sort. A "task" is a batch format, attnlab.tasks; a
+(An "algorithm" here: copy, reverse, sort, shift. A "task" is a batch format, attnlab.tasks; a
 "problem" is a one-line error message, attnlab.problems.)
 
 Each algorithm is one module of this package, named as users pick it (`data=sort` is sort.py),

@@ -1,0 +1,37 @@
+"""The GPU probe (scripts/gpu_battery.sh probe, issue 48) dry-run on the CPU: the same commands
+with tiny sizes, so the first call on a lent GPU does not fail on its wiring (overrides, the
+sweep file, the files the table reads). The figures of a dry run mean nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the battery is a bash script")
+def test_the_probe_dry_run_writes_its_json_and_table(tmp_path):
+    work = tmp_path / "repo"  # the probe writes outputs/probe/ where it runs: a copy of the repo
+    work.mkdir()
+    for name in ("scripts", "sweeps", "src", "conf"):
+        (work / name).symlink_to(REPO / name)
+    env = {**os.environ, "DRY_RUN": "1", "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(work / "scripts" / "gpu_battery.sh"), "probe"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    probe = json.loads((tmp_path / "out" / "battery-probe.json").read_text())
+    variants = [row["variant"] for row in probe["switches"]]
+    assert variants == ["base (every switch on)", "no_fused_adam", "no_skip_padding"]
+    assert all(row["tokens_per_s"] > 0 for row in probe["switches"])
+    for key in ("at_once", "one_at_a_time"):
+        assert probe["trials"][key]["completed"] == 2, probe["trials"]
+    assert "trials/hour" in (tmp_path / "out" / "battery-probe.md").read_text()
