@@ -168,12 +168,12 @@ def test_heads_sweep_states_its_h_and_d_k_at_constant_compute(name):
     assert composed == stated
 
 
-@pytest.mark.parametrize("name", ["heads_lr", "heads_lr_high", "heads_rate"])
+@pytest.mark.parametrize("name", ["heads_lr", "heads_lr_high", "heads_rate", "heads_best"])
 def test_heads_rate_grids_run_the_heads_sweeps_recipe(name):
     """A rate grid's points join the heads sweep's (its seed-1 run at 2e-3 is each h's fourth
     rate): the commands may differ only in the run's group, tags and folder."""
 
-    grid = {k.lstrip("+") for k in swept_keys(_spec(REPO / "sweeps" / f"{name}.yaml"))}
+    grid = {k.lstrip("+") for k in _spec(REPO / "sweeps" / f"{name}.yaml")["parameters"]}
 
     def recipe(stem: str) -> list[str]:
         command = _spec(REPO / "sweeps" / f"{stem}.yaml")["command"]
