@@ -42,7 +42,9 @@ def main() -> None:
     for row in [*heads, *_rows(RESULTS / "heads_lr.csv"), *_rows(args.heads_rate)]:
         key = (int(row["model.n_heads"]), float(row["scheduler.peak_lr"]))
         table[key] = row  # later sources win: heads_lr's 2e-3 rows are the same runs
-    columns = ["model.n_heads", "scheduler.peak_lr", "seed", "status", "git_commit"]
+    # runs.csv's layout (attnlab.analysis.run_table): keys, seed, status, wall_time_s,
+    # git_commit, then the metrics, so attnlab-compare reads it back as runs
+    columns = ["model.n_heads", "scheduler.peak_lr", "seed", "status", "wall_time_s", "git_commit"]
     extra = sorted({k for r in table.values() for k in r if k not in columns})
     rows = [table[k] for k in sorted(table)]
     with args.out.open("w", newline="") as f:
