@@ -98,6 +98,12 @@ def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp
         'symbols 0..15 (e.g. "5 9 2 7")'
     )
     assert attention_main([str(tmp_path / "missing.ckpt"), "1 2"]) == 2
+    # attnlab-eval's spelling is taken, and a bad file's example names no ckpt= it does not take
+    assert attention_main([f"ckpt={ckpt}", "1 2 3", "--out", str(tmp_path / "eq")]) == 0
+    (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
+    capsys.readouterr()
+    assert attention_main([str(tmp_path / "junk.ckpt"), "1 2"]) == 2
+    assert "ckpt=" not in capsys.readouterr().err
 
 
 def test_source_pads_get_weight_only_when_their_mask_is_off(

@@ -197,6 +197,12 @@ class NotWeights:
         (["split=val"], "ckpt=<checkpoint file, [list] or checkpoints directory> is required"),
         (["ckpt={last}", "beam=2"], "beam is not an option; expected one of: ckpt, last, split"),
         (
+            ["ckpt={last}", "decode.beam=2"],
+            "decode.beam is not an option (did you mean decode.beam_size?); expected one of: "
+            "decode.beam_size, decode.length_penalty, decode.max_len_a, decode.max_len_b",
+        ),
+        (["ckpt={last}", "splt=val"], "splt is not an option (did you mean split?); expected"),
+        (
             ["ckpt={last}", "split=dev"],
             "split='dev' is not valid; expected one of: train, val, test",
         ),

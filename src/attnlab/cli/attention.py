@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.ckpt = args.ckpt.removeprefix("ckpt=")  # attnlab-eval's spelling, taken here too
     try:
         written = attention_of(args)
     except InputError as err:
@@ -99,8 +100,8 @@ def attention_of(args: argparse.Namespace) -> list[Path]:
     try:
         model, hparams, run_dir = load_model([args.ckpt])
         datamodule = run_datamodule(run_dir)
-    except EvalError as err:
-        raise InputError(str(err)) from None
+    except EvalError as err:  # its examples are attnlab-eval's ckpt=...; here the path alone
+        raise InputError(str(err).replace("e.g. ckpt=", "e.g. ")) from None
     inputs = _inputs(model, hparams, datamodule, args)
     weights = collect_attention(model, *inputs)
     weights = {name: w[0] for name, w in weights.items()}  # (H, T, S): one input

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +79,28 @@ class EvalConfig:
     eval: LengthsConfig = field(default_factory=LengthsConfig)  # per-length scoring
 
 
+def _unknown_option(key: str) -> str:
+    """'<key> is not an option; ...' with the closest valid key (decode.beam ->
+    decode.beam_size, splt -> split) among the keys of the level the key is at."""
+    import difflib
+
+    group, _, _ = key.rpartition(".")
+    node: Any = EvalConfig
+    for part in group.split(".") if group else []:
+        factory = {f.name: f.default_factory for f in fields(node)}.get(part)
+        if not is_dataclass(factory):  # under no group of options: the top level's
+            node, group = EvalConfig, ""
+            break
+        node = factory
+    choices = [f"{group}.{f.name}" if group else f.name for f in fields(node)]
+    close = difflib.get_close_matches(key, choices, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{key} is not an option{hint}; expected one of: {', '.join(choices)}"
+
+
 def parse_args(argv: list[str]) -> EvalConfig:
     """The command line as an EvalConfig: `ckpt` expanded into a list of files, and decoding
     settings defaulting to the run's own (callbacks.translation_quality in its config.yaml)."""
-    options = ", ".join(f.name for f in fields(EvalConfig))
     try:
         cli = OmegaConf.from_dotlist(argv)
         cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), cli)
@@ -96,7 +114,7 @@ def parse_args(argv: list[str]) -> EvalConfig:
         cfg = OmegaConf.merge(OmegaConf.structured(EvalConfig), {"decode": run_decode}, cli)
         cfg.ckpt = [str(p) for p in paths]
     except ConfigKeyError as err:
-        raise EvalError(f"{err.full_key} is not an option; expected one of: {options}") from None
+        raise EvalError(_unknown_option(str(err.full_key))) from None
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or ""
         message = str(err).splitlines()[0]
