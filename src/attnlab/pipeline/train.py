@@ -72,11 +72,12 @@ def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
                 if not built.trainer.interrupted:
                     raise
             status = _final_status(built)
-            metrics = _scalars(built.trainer.callback_metrics)
+            # a resumed attempt keeps what the earlier ones logged, updated by its own values
+            metrics = {**_carried(previous, ckpt_path), **_scalars(built.trainer.callback_metrics)}
             if status in (Status.COMPLETED, Status.PRUNED):
                 _one_file_per_step(built.trainer, run_dir / "checkpoints")
             if status in (Status.COMPLETED, Status.DEBUG):
-                metrics.update(_test(built))
+                status = _test_into(built, metrics, status)
             return _finish(state, built, status, metrics)
 
 
@@ -220,6 +221,28 @@ def _one_file_per_step(trainer: L.Trainer, ckpt_dir: Path) -> None:
         trainer.save_checkpoint(ckpt_dir / f"step={trainer.global_step}.ckpt")
     if trainer.is_global_zero:
         link_same_steps(ckpt_dir)
+
+
+def _carried(previous: dict | None, ckpt_path) -> dict[str, float]:
+    """The metrics an earlier attempt of this run recorded, where this attempt resumes it: a
+    value this attempt does not log again (a run interrupted in its test pass resumes at its
+    last step and validates nothing) stays as that attempt left it."""
+    if not ckpt_path or not previous:
+        return {}
+    return dict(previous.get("metrics") or {})
+
+
+def _test_into(built: Built, metrics: dict[str, float], status: str) -> str:
+    """The test pass's metrics into `metrics`; "interrupted" if Ctrl-C or SIGTERM stops it
+    (Lightning then calls exit(1)): the training's metrics are recorded all the same, and the
+    same command tests again from the last checkpoint."""
+    try:
+        metrics.update(_test(built))
+    except SystemExit:
+        if not built.trainer.interrupted:
+            raise
+        return Status.INTERRUPTED
+    return status
 
 
 def _test(built: Built) -> dict[str, float]:
