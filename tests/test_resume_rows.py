@@ -1,11 +1,16 @@
 """An interrupted-and-resumed run logs every row at the step an uninterrupted run gives it, with
 the same values: its whole metrics.csv equals the uninterrupted run's (issue 25). Interrupts
 come from tests/fixtures/interrupts.py at exact points: Ctrl-C off the logging grid and on a
-validation step, a SIGKILL in the middle of a validation, and Ctrl-C in a sweep's trial."""
+validation step, a SIGKILL in the middle of a validation, and Ctrl-C in a sweep's trial.
+Ctrl-C at any stage (the sanity check, a training step, a validation, the final test pass) ends
+the run "interrupted" (exit 4) and the same command finishes it with every metric of an
+uninterrupted run in results.json (issue 49: a Ctrl-C in the test pass exited 1 with no
+metrics, and the rerun recorded the test metrics alone)."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -127,3 +132,45 @@ def test_a_finished_run_keeps_one_file_per_step(tmp_path):
     assert all((ckpts / target).is_file() for target in links.values())
     step40 = [f for f in [*files, *links] if f.endswith("step=40.ckpt")]
     assert sum(name in files for name in step40) == 1  # one file of step 40, the rest links
+
+
+SANITY = "trainer.num_sanity_val_steps=2"  # debug=tiny skips the sanity check
+
+
+def _results_metrics(root: Path) -> dict:
+    """results.json's metrics, but for the wall-clock throughput; and its status."""
+    record = json.loads((_only_run(root) / "results.json").read_text())
+    metrics = {k: v for k, v in record["metrics"].items() if k != "train/tokens_per_sec"}
+    return {"status": record["status"], **metrics}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_results(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("whole_results")
+    (root / "spent").touch()  # the same command as the interrupted runs, its interrupt spent
+    done = _train(root, SANITY, *_interrupt("CtrlCDuringTest", 0, root / "spent"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return _results_metrics(root)
+
+
+@pytest.mark.parametrize(
+    ("kind", "step"),
+    [
+        ("CtrlCDuringSanityCheck", 0),
+        ("CtrlCAfterStep", 23),
+        ("CtrlCDuringValidation", 20),
+        ("CtrlCDuringTest", 0),
+    ],
+)
+def test_ctrl_c_at_any_stage_exits_4_and_the_rerun_keeps_every_metric(
+    tmp_path, uninterrupted_results, kind, step
+):
+    command = [SANITY, *_interrupt(kind, step, tmp_path / "fired")]
+    first = _train(tmp_path / "r", *command)
+    assert (tmp_path / "fired").exists(), "the interrupt never fired"
+    assert first.returncode == 4, (first.stdout + first.stderr)[-2000:]
+    assert "the same command resumes it" in first.stdout
+    assert _results_metrics(tmp_path / "r")["status"] == "interrupted"
+    again = _train(tmp_path / "r", *command)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _results_metrics(tmp_path / "r") == uninterrupted_results

@@ -233,8 +233,8 @@ def _carried(previous: dict | None, ckpt_path) -> dict[str, float]:
 
 
 def _test_into(built: Built, metrics: dict[str, float], status: str) -> str:
-    """The test pass's metrics into `metrics`; "interrupted" if Ctrl-C or SIGTERM stops it
-    (Lightning then calls exit(1)): the training's metrics are recorded all the same, and the
+    """The test pass's metrics into `metrics`; "interrupted" if Ctrl-C stops it (Lightning
+    then calls exit(1)): the training's metrics are recorded all the same, and the
     same command tests again from the last checkpoint."""
     try:
         metrics.update(_test(built))
