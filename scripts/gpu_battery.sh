@@ -44,8 +44,11 @@ BASE=(model=transformer_base data=copy data.n_symbols=36996 "data.train_len=[25,
 BENCH=(--steps 10 --repeats 5)
 MULTI30K=(experiment=multi30k data.root=.battery/multi30k logger=csv paths.root=outputs/battery)
 STEP_SECONDS=${STEP_SECONDS:-540}
-# The probe's switches: name and the overrides that turn it off (the base has each on).
-PROBE_SWITCHES=("skip_padding model.skip_padding=false" "fused_adam optim.fused=false")
+# The probe's switches: name and the overrides that turn it off (the base has each on: those
+# off by default are turned on in PROBE_ON).
+PROBE_ON=(loss.fused_output=true)
+PROBE_SWITCHES=("skip_padding model.skip_padding=false" "fused_adam optim.fused=false"
+                "fused_output loss.fused_output=false")
 PROBE_BENCH=(--vs-torch-nn --compile on --steps 10 --repeats 5)
 PROBE_TRIALS=(--trials-per-gpu 12 --gpus 0)
 PROBE_ONE=(--parallel 1)
@@ -111,12 +114,12 @@ tests() {
 
 probe() {
   # 1. the base model compiled, with every switch on, then each switch off (5 repeats each)
-  $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" --json "$OUT/probe-base.json" \
-    > "$OUT/probe-base.log" 2>&1
+  $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" "${PROBE_ON[@]}" \
+    --json "$OUT/probe-base.json" > "$OUT/probe-base.log" 2>&1
   local entry name overrides
   for entry in "${PROBE_SWITCHES[@]}"; do
     read -r name overrides <<< "$entry"
-    $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" $overrides \
+    $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" "${PROBE_ON[@]}" $overrides \
       --json "$OUT/probe-no_$name.json" > "$OUT/probe-no_$name.log" 2>&1
   done
   # 2. many small trials on one device at once, then the same trials one at a time (their run

@@ -30,7 +30,12 @@ def test_the_probe_dry_run_writes_its_json_and_table(tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     probe = json.loads((tmp_path / "out" / "battery-probe.json").read_text())
     variants = [row["variant"] for row in probe["switches"]]
-    assert variants == ["base (every switch on)", "no_fused_adam", "no_skip_padding"]
+    assert variants == [
+        "base (every switch on)",
+        "no_fused_adam",
+        "no_fused_output",
+        "no_skip_padding",
+    ]
     assert all(row["tokens_per_s"] > 0 for row in probe["switches"])
     for key in ("at_once", "one_at_a_time"):
         assert probe["trials"][key]["completed"] == 2, probe["trials"]

@@ -212,6 +212,57 @@ def test_settle_tells_what_the_run_said_and_a_taken_trial_is_not_an_error():
     assert settle(study, stopped, "completed", 0.1, interrupted=False) == "TAKEN"
 
 
+def test_the_dry_run_checks_every_value_a_search_can_draw():
+    """Every categorical choice and integer, a float range's bounds, in every combination; past
+    CHECKED_COMBINATIONS each value in turn beside the others' first."""
+    dist = optuna.distributions
+    searched = {
+        "h": dist.IntDistribution(1, 4),
+        "norm": dist.CategoricalDistribution(["pre", "post"]),
+        "lr": dist.FloatDistribution(1e-4, 1e-2, log=True),
+    }
+    points = search_space.check_points(searched)
+    assert len(points) == 4 * 2 * 2
+    assert {p["h"] for p in points} == {1, 2, 3, 4} and {p["lr"] for p in points} == {1e-4, 1e-2}
+    assert {"h": 3, "norm": "post", "lr": 1e-4} in points  # a value beside another's
+    assert search_space.checked_values(dist.IntDistribution(0, 400, step=50)) == list(
+        range(0, 401, 50)
+    )
+    assert search_space.checked_values(dist.IntDistribution(1, 1000)) == [1, 1000]
+    wide = {k: dist.IntDistribution(1, 8) for k in "abc"}  # 512 combinations
+    points = search_space.check_points(wide)
+    assert len(points) == 1 + 3 * 7 and {"a": 1, "b": 5, "c": 1} in points
+
+
+def test_a_search_that_can_draw_an_invalid_config_is_refused_by_its_dry_run(tmp_path, capsys):
+    """model.n_heads searched over 1-8 with d_model 32: the dry run names the values that
+    cannot build (3, 5, 6, 7), one line each, exit 2, nothing written."""
+    config = {
+        "name": "heads_search",
+        "method": "bayes",
+        "metric": {"name": "val/nll", "goal": "minimize"},
+        "run_cap": 6,
+        "command": ["attnlab-train", "debug=tiny", "logger=none", "${args_no_hyphens}"],
+        "parameters": {
+            "model.n_heads": {"distribution": "int_uniform", "min": 1, "max": 8},
+            "scheduler.peak_lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2},
+        },
+    }
+    path = tmp_path / "heads_search.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 5, err
+    for line, h in zip(err, (3, 5, 6, 7), strict=False):
+        assert line.startswith(
+            f"attnlab-sweep: error: the search can draw model.n_heads={h}, scheduler.peak_lr="
+        ), line
+        assert f"model.d_model=32 is not divisible by model.n_heads={h}" in line, line
+    assert "no trial started" in err[-1]
+    assert not out.exists()
+
+
 def test_dry_run_creates_no_study_and_the_wandb_dry_run_is_the_file(tmp_path, capsys):
     path = search_file(tmp_path, early_terminate={"type": "hyperband", "min_iter": 1})
     out = tmp_path / "out"

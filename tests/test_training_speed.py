@@ -5,6 +5,7 @@ gradient norm."""
 from __future__ import annotations
 
 import csv
+import traceback
 import types
 
 import lightning as L
@@ -89,6 +90,78 @@ def test_train_metrics_are_logged_every_n_steps_and_at_the_last(compose, tmp_pat
         )
     assert all(n in results["metrics"] for n in names)
     assert results["metrics"]["train/loss"] != float(train_rows[-1]["train/loss"])  # step 23's
+
+
+READS = ("item", "tolist", "__float__", "__int__", "__bool__")  # what copies a value to the host
+
+
+class HostReads(L.Callback):
+    """Counts, per training step (from on_train_batch_start to the next step or validation,
+    so Lightning's bookkeeping after the step's hooks is inside), the tensor values the harness
+    reads back to the host, which on a GPU each wait for the queued work: not the data
+    pipeline's (CPU tensors), nor the eager model's own (whether a batch has pads, which
+    positions are real: model/stacks.py; a compiled model decides none of them)."""
+
+    steps: list[tuple[bool, list[str]]] = []
+    current: list[str] | None = None
+
+    def __init__(self) -> None:
+        HostReads.steps, HostReads.current = [], None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        HostReads.current = []
+        HostReads.steps.append((True, HostReads.current))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        HostReads.steps[-1] = (pl_module._log_now, HostReads.current)  # set after this hook
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if HostReads.current is not None:
+            HostReads.steps[-1] = (True, HostReads.current)  # a validated step: not counted
+        HostReads.current = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        HostReads.steps[-1] = (True, HostReads.current)  # the bar draws at an epoch's end
+
+
+def _counting(name: str, read):
+    def counted(self, *args, **kwargs):
+        if HostReads.current is not None:
+            files = [f.filename for f in traceback.extract_stack(limit=25)]
+            skipped = ("/utils/data/", "/attnlab/data/", "/attnlab/model/")
+            if not any(part in f for f in files for part in skipped):
+                caller = next(f for f in reversed(traceback.extract_stack(limit=25)[:-1]))
+                HostReads.current.append(f"{name} {caller.filename.split('/')[-1]}:{caller.name}")
+        return read(self, *args, **kwargs)
+
+    return counted
+
+
+def test_a_step_that_logs_nothing_reads_one_value_back(compose, tmp_path, monkeypatch):
+    """Between logging steps a training step reads back one value, the finiteness check of the
+    gradient norm (whose host sync clipping relies on): no metric converted for the progress
+    bar, nothing logged. Before, Lightning converted train/loss (a prog_bar metric) after every
+    step, logged or not."""
+    from attnlab.training.progress import ThrottledProgressBar
+
+    for name in READS:
+        monkeypatch.setattr(torch.Tensor, name, _counting(name, getattr(torch.Tensor, name)))
+    # the bar draws (and reads train/loss) at an epoch's end only, not every 0.5 s
+    monkeypatch.setattr(ThrottledProgressBar, "_due", lambda self, stage, i, total: False)
+    results, _ = _train(
+        compose,
+        tmp_path,
+        "trainer.max_steps=30",
+        "trainer.log_every_n_steps=10",
+        "trainer.enable_progress_bar=true",
+        "+callbacks.reads._target_=test_training_speed.HostReads",
+    )
+    HostReads.current = None
+    assert results["status"] == "completed"
+    quiet = [reads for logging, reads in HostReads.steps[1:-1] if not logging]
+    assert len(quiet) >= 10
+    for reads in quiet:
+        assert reads == ["__bool__ module.py:on_before_optimizer_step"], reads
 
 
 def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():

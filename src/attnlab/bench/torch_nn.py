@@ -103,16 +103,21 @@ class TorchNNTransformer(nn.Module):
         return self.dropout(x)
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor | None = None, logits_at: Tensor | None = None
+        self,
+        src: Tensor,
+        tgt_in: Tensor | None = None,
+        logits_at: Tensor | None = None,
+        project: bool = True,
     ) -> Tensor:
         """Logits (B, T, V), or (N, V) at the True positions of logits_at (B, T) bool, as
         attnlab's Transformer: the output layer and the loss skip the pads for both contenders
-        (torch.nn's layers still compute every position)."""
+        (torch.nn's layers still compute every position). project=False: the hidden states
+        there instead (loss.fused_output applies the projection inside the loss, for both)."""
         if self.decoder_only:
             t = src.size(1)
             causal = nn.Transformer.generate_square_subsequent_mask(t, device=src.device)
             h = self.stack(self._embed(self.embed, src), mask=causal, is_causal=True)
-            return self.generator(h if logits_at is None else h[logits_at])
+            return self._output(h, logits_at, project)
         pad = src.eq(self.cfg.pad_id)
         pad = pad if bool(pad.any()) else None  # as attnlab: no mask without pads
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), device=src.device)
@@ -124,7 +129,11 @@ class TorchNNTransformer(nn.Module):
             memory_key_padding_mask=pad,
             tgt_is_causal=True,
         )
-        return self.generator(h if logits_at is None else h[logits_at])
+        return self._output(h, logits_at, project)
+
+    def _output(self, h: Tensor, logits_at: Tensor | None, project: bool) -> Tensor:
+        h = h if logits_at is None else h[logits_at]
+        return self.generator(h) if project else h
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -22,7 +22,7 @@ from attnlab.bench.timing import interleave, ratio, time_block
 from attnlab.bench.torch_nn import TorchNNTransformer, unsupported
 from attnlab.config.plain import to_plain
 from attnlab.tasks import task_named
-from attnlab.training.losses import label_smoothed_nll, logits_for_loss
+from attnlab.training.losses import fused_output_nll, label_smoothed_nll, logits_for_loss
 from attnlab.training.optimizer import optimizer_from_config
 
 
@@ -41,9 +41,15 @@ class Stepper:
         self.optimizer.zero_grad(set_to_none=True)
         inputs, targets = task_named(ctx.task).inputs_and_targets(batch)
         pad = ctx.special_ids["pad"]
+        fused = bool(ctx.cfg.loss.get("fused_output", False))  # as TransformerModule._objective
         with ctx.autocast():  # as attnlab-train's TransformerModule.loss_logits_and_targets
-            logits, targets = logits_for_loss(self.model, inputs, targets, pad, self.compiled)
-        loss = label_smoothed_nll(logits, targets, 0.1, pad)[0]
+            out, targets = logits_for_loss(
+                self.model, inputs, targets, pad, self.compiled, project=not fused
+            )
+            if fused:  # the projection inside the loss, under the autocast as in a run
+                loss = fused_output_nll(out, self.model.generator.weight, targets, 0.1, pad)[0]
+        if not fused:
+            loss = label_smoothed_nll(out, targets, 0.1, pad)[0]
         loss.backward()
         self.optimizer.step()
 

@@ -212,7 +212,7 @@ def _run_search(args: argparse.Namespace, config: dict, groups: list[str], argv)
     if groups and args.parallel:
         slots = slots[: args.parallel]
     _print_plan(search, args, len(slots))
-    if not _trials_start(search.check_trials()):
+    if not _trials_start(search.check_trials(), search=True):
         return 2
     if args.dry_run:
         print("no study created (--dry-run)")
@@ -287,14 +287,15 @@ def _list_trials(trials) -> None:
         print(f"command of trial 000: {shlex.join(trials[0].command)}")
 
 
-def _trials_start(trials) -> bool:
+def _trials_start(trials, search: bool = False) -> bool:
     """attnlab-train's preflight on every trial (attnlab.sweeps.check); each problem printed in
-    one line. False when any trial would be refused: then none starts (exit 2)."""
+    one line. False when any trial would be refused: then none starts (exit 2). search: the
+    trials are a search's check trials (Search.check_trials), named by their values."""
     from attnlab.config.location import conf_dir
     from attnlab.sweeps.check import check_trials, problem_lines
 
     problems = check_trials(trials, conf_dir())
-    for line in problem_lines(problems, len(trials)):
+    for line in problem_lines(problems, len(trials), search):
         print(f"attnlab-sweep: error: {line}", file=sys.stderr)
     if problems:
         print("attnlab-sweep: no trial started (exit 2): fix the sweep file or the overrides",

@@ -69,6 +69,11 @@ class LossConfig:
     # z-loss (Chowdhery et al., 2022, PaLM: 1e-4): + z_loss * mean (log Z)^2 over the target
     # tokens, log Z the output's log-partition; 0: off. Never part of the nll metrics.
     z_loss: float = 0.0
+    # The output projection applied inside the loss, over chunks of rows, so the (tokens x
+    # vocabulary) logits are never stored whole (losses.fused_output_nll): the same loss and
+    # gradients within float tolerance, less memory. Off until a GPU shows it pays; not with
+    # z_loss.
+    fused_output: bool = False
 
 
 @dataclass

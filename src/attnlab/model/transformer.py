@@ -92,32 +92,39 @@ class Transformer(nn.Module):
         memory_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
         logits_at: Tensor | None = None,
+        project: bool = True,
     ) -> Tensor:
         """tgt_in (B, T) -> logits (B, T, V), or (N, V) at the N True positions of logits_at
         (B, T) bool. With a cache, tgt_in holds only the new positions. See Decoder.forward
-        for memory shared by beams."""
+        for memory shared by beams. project=False: the decoder's output there, (B, T, d_model)
+        or (N, d_model), before the output projection `generator` (a loss that applies the
+        projection itself, training/losses.py: fused_output_nll)."""
         skip = logits_at if logits_at is not None else False
         hidden = self.decoder(  # (B, T, d_model)
             tgt_in, memory, memory_padding_mask, cache, skip, self._recorded is not None
         )
         if logits_at is not None:
             hidden = hidden[logits_at]  # (N, d_model)
-        return self.generator(hidden)
+        return self.generator(hidden) if project else hidden
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.decoder.layers))
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor | None = None, logits_at: Tensor | None = None
+        self,
+        src: Tensor,
+        tgt_in: Tensor | None = None,
+        logits_at: Tensor | None = None,
+        project: bool = True,
     ) -> Tensor:
         if self.encoder is None:
             if tgt_in is not None:
                 raise ValueError("a decoder_only Transformer takes forward(tokens)")
-            return self.decode(src, logits_at=logits_at)
+            return self.decode(src, logits_at=logits_at, project=project)
         if tgt_in is None:
             raise ValueError("an encoder_decoder Transformer takes forward(src, tgt_in)")
         memory, padding_mask = self.encode(src, skip_padding=logits_at is not None)
-        return self.decode(tgt_in, memory, padding_mask, logits_at=logits_at)
+        return self.decode(tgt_in, memory, padding_mask, logits_at=logits_at, project=project)
 
     # --- introspection --------------------------------------------------------------------
     def num_parameters(self, trainable_only: bool = False) -> int:

@@ -234,6 +234,7 @@ def build_module(plain: dict, datamodule, model_config, dry: bool = False):
         ),  # fmt: skip
         label_smoothing=loss["label_smoothing"],
         z_loss=loss["z_loss"],
+        fused_output=loss["fused_output"],
         loss_normalize=loss["normalize"],
         bos_id=datamodule.bos_id,
         eos_id=datamodule.eos_id,

@@ -57,11 +57,17 @@ def check_trials(trials: Sequence[Trial], config_dir: Path | str) -> list[tuple[
     return [(bad, message) for message, bad in problems.items()]
 
 
-def problem_lines(problems: list[tuple[list[Trial], str]], total: int) -> list[str]:
-    """One line per problem: the trial (or the trials, by number) and the message."""
+def problem_lines(
+    problems: list[tuple[list[Trial], str]], total: int, search: bool = False
+) -> list[str]:
+    """One line per problem: the trial (or the trials, by number) and the message; for a
+    search's check trials, the values that draw it (the first two, and how many more)."""
     lines = []
     for bad, message in problems:
-        if len(bad) == 1:
+        if search:
+            more = f" and {len(bad) - 2} more" if len(bad) > 2 else ""
+            where = f"the search can draw {'; '.join(t.label for t in bad[:2])}{more}"
+        elif len(bad) == 1:
             where = f"trial {bad[0].label}"
         else:
             where = f"{len(bad)} of {total} trials ({_numbers([t.index for t in bad])})"

@@ -100,18 +100,19 @@ class Search:
         return TrialLink(self.storage, study_name, number, self.metric, pruner)
 
     def check_trials(self) -> list[Trial]:
-        """Trials that cover every value a run can get for the preflight: per arm, the first
-        value of each parameter, then each other categorical choice in turn."""
+        """Trials for the preflight that cover the space (search_space.check_points): per arm,
+        every combination of the checked values, or, past CHECKED_COMBINATIONS, each value in
+        turn with the others at their first. Each labelled with its searched values."""
         trials = []
         for arm in self.arms:
             searched, fixed = search_space.distributions(self.config, arm)
-            base = {k: getattr(d, "choices", [d.low])[0] for k, d in searched.items()}
-            variants = [base] + [
-                {**base, k: c} for k, d in searched.items() for c in getattr(d, "choices", ())[1:]
-            ]
-            for params in variants:
+            for params in search_space.check_points(searched):
                 values = search_space.run_values(self.config, params, fixed)
-                trials.append(self.trial(arm, values, len(trials)))
+                shown = ", ".join(f"{k}={values[k]}" for k in searched)
+                label = ", ".join(f"{k}={v}" for k, v in arm.items()) + (
+                    f" with {shown}" if arm and shown else shown
+                )
+                trials.append(self.trial(arm, values, len(trials), label=label or "the search"))
         return trials
 
 

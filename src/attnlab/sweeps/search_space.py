@@ -26,6 +26,7 @@ after the last band, as in W&B.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -161,8 +162,6 @@ def arm_keys(config: Mapping, source: str = "<sweep>") -> list[str]:
 
 def arms(config: Mapping) -> list[dict]:
     """Each arm's values ([{}]: one study), in grid order."""
-    import itertools
-
     keys = arm_keys(config)
     axes = [config["parameters"][k]["values"] for k in keys]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
@@ -210,6 +209,36 @@ def distributions(config: Mapping, arm: Mapping = ()) -> tuple[dict, dict]:
             lo, hi = _float_bounds(form, spec["min"], spec["max"])
             searched[key] = FloatDistribution(lo, hi, log="log" in form)
     return searched, fixed
+
+
+CHECKED_INTEGERS = 32  # an integer range this long or shorter is checked value by value
+CHECKED_COMBINATIONS = 64  # more combinations than this: each value checked in turn
+
+
+def checked_values(distribution) -> list:
+    """The values of one searched parameter the dry run checks: every categorical choice, every
+    integer of a range up to CHECKED_INTEGERS long (else its bounds), a float range's bounds."""
+    choices = getattr(distribution, "choices", None)
+    if choices is not None:
+        return list(choices)
+    low, high = distribution.low, distribution.high
+    if isinstance(low, int) and isinstance(high, int):
+        step = getattr(distribution, "step", 1) or 1
+        values = list(range(low, high + 1, step))
+        return values if len(values) <= CHECKED_INTEGERS else [low, high]
+    return [low, high]
+
+
+def check_points(searched: Mapping) -> list[dict]:
+    """The searched values the dry run builds a run for: every combination of checked_values
+    (so a value that is only invalid beside another is found), or, when there are more than
+    CHECKED_COMBINATIONS, the first of each and then every other value in turn."""
+    keys = list(searched)
+    values = [checked_values(searched[k]) for k in keys]
+    if math.prod(len(v) for v in values) <= CHECKED_COMBINATIONS:
+        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+    base = {k: v[0] for k, v in zip(keys, values, strict=True)}
+    return [base] + [{**base, k: x} for k, v in zip(keys, values, strict=True) for x in v[1:]]
 
 
 def _float_bounds(form: str, lo: float, hi: float) -> tuple[float, float]:

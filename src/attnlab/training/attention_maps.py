@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from attnlab.data.vocab import BOS_ID, EOS_ID, NUM_SPECIAL, PAD_ID, UNK_ID
+from attnlab.training.hooks import SkipEmptyHooks
 
 _SPECIALS = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 
@@ -134,7 +135,7 @@ def log_images(loggers, paths: list[Path], step: int) -> None:
                 logger.log_image(key=f"attention/{path.stem}", images=[str(path)], step=step)
 
 
-class AttentionMaps(L.Callback):
+class AttentionMaps(SkipEmptyHooks, L.Callback):
     """Attention maps of `n_examples` fixed validation examples (the first of the first
     validation batch) every `every_n_steps` optimizer steps and at the end of training (null:
     never): <run_dir>/attention/step=<N>/attention.npz ({name: (B, H, T, S)}, the examples

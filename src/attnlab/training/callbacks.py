@@ -15,9 +15,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from attnlab.problems import integer_problem, raise_first
+from attnlab.training.hooks import SkipEmptyHooks
 
 
-class Preemption(L.Callback):
+class Preemption(SkipEmptyHooks, L.Callback):
     """On SIGTERM or SIGINT, finish the current optimizer step, write `<dirpath>/last.ckpt`,
     let the step log and validate as it would have, and stop: the run ends "interrupted" and
     `resume=auto` continues it. A second SIGINT interrupts at once. Under DDP the ranks agree
@@ -65,7 +66,7 @@ class Preemption(L.Callback):
         return self.saved is not None
 
 
-class LoggingStep(L.Callback):
+class LoggingStep(SkipEmptyHooks, L.Callback):
     """Resumed runs log each row at the step an uninterrupted run gives it.
 
     Lightning's step axis for loggers (`_batches_that_stepped`) equals `trainer.global_step`
@@ -84,7 +85,7 @@ class LoggingStep(L.Callback):
             trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
 
 
-class WallClock(L.Callback):
+class WallClock(SkipEmptyHooks, L.Callback):
     """`time/elapsed_s`: the wall-clock seconds since the run's training began, summed over its
     attempts (kept in checkpoints), logged at every validation after it ran: the x axis of a
     time-to-quality curve (attnlab-bench --quality RUN_DIR). Validation time is included: it is
@@ -111,7 +112,7 @@ class WallClock(L.Callback):
         self.elapsed_s = float(state_dict.get("elapsed_s", 0.0))
 
 
-class RNGState(L.Callback):
+class RNGState(SkipEmptyHooks, L.Callback):
     """Saves the torch, numpy and python RNG states in each checkpoint and restores them when
     training resumes (at the first training batch, after Lightning has built its data
     iterators), so that dropout draws continue exactly as in an uninterrupted run."""
@@ -149,7 +150,7 @@ def _plain_python_state(state: tuple) -> list:
     return [version, list(internal), gauss]
 
 
-class StepCheckpoint(ModelCheckpoint):
+class StepCheckpoint(SkipEmptyHooks, ModelCheckpoint):
     """A periodic ModelCheckpoint whose file, at a step that is then validated, is written after
     the validation rather than before it. Lightning does not validate a step again when it
     resumes from a checkpoint written before that step's validation, so a run killed during the
@@ -158,8 +159,20 @@ class StepCheckpoint(ModelCheckpoint):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._after_validation = False
+        self._state_key: str | None = None
+
+    @property
+    def state_key(self) -> str:
+        """ModelCheckpoint's key, built once (from arguments fixed at construction): Lightning
+        reads it for a profiler label at every hook it calls, 3 us each time it is built."""
+        if self._state_key is None:
+            self._state_key = super().state_key
+        return self._state_key
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        n = self._every_n_train_steps
+        if n >= 1 and self._train_time_interval is None and trainer.global_step % n:
+            return  # not a saving step: ModelCheckpoint would return here too, after more work
         epoch_loop = trainer.fit_loop.epoch_loop
         if epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher):  # Lightning's own test
             self._after_validation = True

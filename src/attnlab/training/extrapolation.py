@@ -23,6 +23,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from attnlab.training.hooks import SkipEmptyHooks
 from attnlab.training.losses import summed_nll
 from attnlab.training.metrics import (
     exact_match,
@@ -111,7 +112,7 @@ def _score(module, batches, names) -> dict[str, float | None]:
     return {name: values[name] for name in names}
 
 
-class LengthExtrapolation(L.Callback):
+class LengthExtrapolation(SkipEmptyHooks, L.Callback):
     """After the test (on the weights tested: the best checkpoint), score every length of
     `trainer.datamodule.eval_lengths` (nothing when the data has none); the result goes to
     results.json as "extrapolation" (`results_record`) and to W&B as a table and a line plot

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import lightning as L
 
+from attnlab.training.hooks import SkipEmptyHooks
 
-class ValidateAtEnd(L.Callback):
+
+class ValidateAtEnd(SkipEmptyHooks, L.Callback):
     """At the last optimizer step (trainer.max_steps as configured), make sure a validation
     follows. The limit is read when training starts: an interrupt ends a run early by lowering
     it (training/callbacks.Preemption), and that step must validate only if it would have."""

@@ -66,16 +66,24 @@ def _rows(x: Tensor, y: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 
 def logits_for_loss(
-    model, inputs: tuple[Tensor, ...], targets: Tensor, pad_id: int, every_position: bool = False
+    model,
+    inputs: tuple[Tensor, ...],
+    targets: Tensor,
+    pad_id: int,
+    every_position: bool = False,
+    project: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """model(*inputs)'s logits where the loss needs them: (N, V) at the N non-PAD targets (B, T),
     with those targets (N,), through the model's `logits_at` (attnlab's Transformer then skips
     the pads). every_position: (B, T, V) and (B, T) instead, for a compiled model (selecting
-    rows inside the graph would break it on the data-dependent N); the loss ignores the pads."""
+    rows inside the graph would break it on the data-dependent N); the loss ignores the pads.
+    project=False: the model's output before its output projection, (N, d_model) or
+    (B, T, d_model), for fused_output_nll."""
+    kwargs = {} if project else {"project": False}
     if every_position:
-        return model(*inputs), targets
+        return model(*inputs, **kwargs), targets
     real = targets != pad_id
-    return model(*inputs, logits_at=real), targets[real]
+    return model(*inputs, logits_at=real, **kwargs), targets[real]
 
 
 def label_smoothed_nll(
@@ -100,6 +108,68 @@ def label_smoothed_nll(
     loss = torch.where(real, per_token, 0.0).sum() / denom
     nll = torch.where(real, token_nll, 0.0).sum() / denom
     return loss, nll, n_tokens
+
+
+class _FusedOutputNLL(torch.autograd.Function):
+    """The output projection and the label-smoothed cross-entropy in one pass over row chunks:
+    the (N, V) logits exist one chunk at a time and are never kept.
+
+    Forward, for hidden states h (N, d), the projection W (V, d), targets y (N,) (rows whose
+    target is PAD count for nothing), per chunk c: x_c = h_c W^T, the loss and nll of
+    _SmoothedCrossEntropy's rows and argmax(x_c) == y; and already the gradients of the summed
+    loss, with D_c = softmax(x_c) - (1 - eps) one_hot(y_c) - eps / V (zero at PAD rows):
+        dL/dh_c = D_c W  (n_c, d);   dL/dW += D_c^T h_c  (V, d), accumulated in float32.
+    Returns the sums over non-PAD rows (loss, nll, correct); backward scales the stored
+    gradients by the incoming scalar. Matrix products run in the autocast dtype, if any."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float, pad_id: int):
+        vocab = weight.size(0)
+        grad_hidden = torch.zeros_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        sums = torch.zeros(3, dtype=torch.float32, device=hidden.device)
+        for rows in _row_chunks(hidden.size(0), vocab):
+            h, y = hidden[rows], targets[rows]
+            logits = torch.nn.functional.linear(h, weight)  # (n_c, V), autocast's dtype
+            loss, nll = _rows(logits, y, eps)
+            real = (y != pad_id).float()
+            correct = (logits.argmax(-1) == y).float()
+            sums += torch.stack([(loss * real).sum(), (nll * real).sum(), (correct * real).sum()])
+            d = torch.softmax(logits, dim=-1, dtype=torch.float32)
+            d.scatter_add_(1, y.unsqueeze(1), d.new_full((d.size(0), 1), -(1.0 - eps)))
+            d = (d - eps / vocab) * real.unsqueeze(1)
+            d = d.to(logits.dtype)
+            grad_hidden[rows] = d @ weight.to(d.dtype)
+            grad_weight += (d.t() @ h.to(d.dtype)).float()
+        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        loss_sum, nll_sum, correct_sum = (x.clone() for x in sums.unbind())
+        ctx.mark_non_differentiable(nll_sum, correct_sum)
+        return loss_sum, nll_sum, correct_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor, _grad_correct: Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None
+
+
+def fused_output_nll(
+    hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float, pad_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """label_smoothed_nll(hidden @ weight.T, targets) without the logits: the output
+    projection W (V, d) applied chunk by chunk inside the loss (_FusedOutputNLL), for hidden
+    states (..., d) and targets (...), e.g. (N, d) and (N,) or (B, T, d) and (B, T).
+
+    Returns (loss, nll, n_tokens, correct): the first three as label_smoothed_nll's, correct
+    the number of non-PAD targets that are the projection's argmax (token accuracy's count).
+    The gradient reaches hidden and weight only through `loss`."""
+    flat_hidden = hidden.reshape(-1, hidden.size(-1))
+    flat_targets = targets.reshape(-1)
+    loss_sum, nll_sum, correct = _FusedOutputNLL.apply(
+        flat_hidden, weight, flat_targets, float(label_smoothing), pad_id
+    )
+    n_tokens = (flat_targets != pad_id).sum()
+    denom = n_tokens.clamp(min=1)
+    return loss_sum / denom, nll_sum / denom, n_tokens, correct
 
 
 def summed_nll(logits: Tensor, targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:

@@ -39,7 +39,13 @@ from attnlab.tasks import task_named
 from attnlab.tasks.base import Task
 from attnlab.training.compat import as_today
 from attnlab.training.diagnostics import probe
-from attnlab.training.losses import label_smoothed_nll, logits_for_loss, z_loss
+from attnlab.training.hooks import SkipEmptyHooks
+from attnlab.training.losses import (
+    fused_output_nll,
+    label_smoothed_nll,
+    logits_for_loss,
+    z_loss,
+)
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
 from attnlab.training.optimizer import check_optimizer, optimizer_from_config
 from attnlab.training.options import LOSS_NORMALIZATIONS
@@ -49,7 +55,7 @@ from attnlab.training.specs import as_spec
 _EVAL_METRICS = ("loss", "nll", "token_acc", "exact_match")
 
 
-class TransformerModule(L.LightningModule):
+class TransformerModule(SkipEmptyHooks, L.LightningModule):
     """Training, evaluation and logging of a Transformer on the batches of `task`.
 
     model: the built Transformer, or its TransformerConfig fields (dict); optim, scheduler:
@@ -78,6 +84,7 @@ class TransformerModule(L.LightningModule):
         scheduler: functools.partial | dict,
         label_smoothing: float = 0.1,
         z_loss: float = 0.0,
+        fused_output: bool = False,
         bos_id: int = 2,
         eos_id: int = 3,
         max_steps: int | None = None,
@@ -87,7 +94,7 @@ class TransformerModule(L.LightningModule):
         task: Task | str | None = None,
     ) -> None:
         super().__init__()
-        _check_arguments(optim, label_smoothing, z_loss, loss_normalize)
+        _check_arguments(optim, label_smoothing, z_loss, loss_normalize, fused_output)
         if isinstance(model, Transformer):
             self.model, self.config = model, model.config
         else:  # a checkpoint's plain hyper-parameters, perhaps an older version's
@@ -119,6 +126,10 @@ class TransformerModule(L.LightningModule):
             self.model.compile()
         self.pad_id, self.bos_id, self.eos_id = self.config.pad_id, bos_id, eos_id
         self._add_metrics()
+        self._add_step_state()
+
+    def _add_step_state(self) -> None:
+        """What the training step keeps between calls."""
         self.diverged = False
         self.diverged_step: int | None = None
         self._log_now = True  # is this a step whose train/ metrics go to the loggers?
@@ -188,16 +199,31 @@ class TransformerModule(L.LightningModule):
         connector = getattr(trainer, "_logger_connector", None)
         self._log_now = getattr(connector, "should_update_logs", True) or last
 
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        logits, targets = self.loss_logits_and_targets(batch)
-        loss, nll, n_tokens = label_smoothed_nll(
-            logits, targets, self.hparams.label_smoothing, self.pad_id
+    def _objective(self, batch: dict) -> tuple[Tensor, ...]:
+        """(loss, nll, n_tokens, logits, targets, correct) of a training batch: correct None
+        (token accuracy counts it from the logits when it is logged), or, with
+        loss.fused_output, the output projection runs inside the loss
+        (losses.fused_output_nll): no logits (None), and the loss counts the correct ones."""
+        inputs, targets = self.inputs_and_targets(batch)
+        fused, eps = self.hparams.get("fused_output", False), self.hparams.label_smoothing
+        out, targets = logits_for_loss(
+            self.model, inputs, targets, self.pad_id, self.hparams.compile, not fused
         )
+        if fused:
+            weight = self.model.generator.weight
+            loss, nll, n_tokens, correct = fused_output_nll(out, weight, targets, eps, self.pad_id)
+            return loss, nll, n_tokens, None, targets, correct
+        return *label_smoothed_nll(out, targets, eps, self.pad_id), out, targets, None
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        loss, nll, n_tokens, logits, targets, correct = self._objective(batch)
         if self.nll_init is None and self.trainer.global_step == 0:
             self.nll_init = nll.detach()  # no host sync: read when the run ends
         self._window_tokens.append(n_tokens)
         if self._log_now:
-            self._log_train_metrics(loss.detach(), nll, n_tokens, logits.detach(), targets)
+            if correct is None:
+                correct = token_accuracy(logits.detach(), targets, self.pad_id)[0]
+            self._log_train_metrics(loss.detach(), nll, n_tokens, correct, targets)
         if self.hparams.z_loss:
             penalty, _ = z_loss(logits, targets, self.pad_id)
             if self._log_now:
@@ -211,17 +237,18 @@ class TransformerModule(L.LightningModule):
             loss = loss * (n_tokens * world / g_tokens.clamp(min=1))  # DDP's mean: sum / N
         return loss
 
-    def _log_train_metrics(self, loss, nll, n_tokens, logits, targets) -> None:
+    def _log_train_metrics(self, loss, nll, n_tokens, correct, targets) -> None:
         """train/ loss, nll, perplexity, token_acc and lr over the global batch (all DDP ranks
         sum their counts: one all_reduce, on logging steps only)."""
-        correct, total = token_accuracy(logits, targets, self.pad_id)
         sums = torch.stack([x.float() for x in (loss * n_tokens, nll * n_tokens, n_tokens)])
-        sums = torch.cat([sums, torch.stack([correct, total]).float()])
+        sums = torch.cat([sums, torch.stack([correct, n_tokens]).float()])
         if self.trainer.world_size > 1:
             sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
         loss_sum, nll_sum, g_tokens, g_correct, g_total = sums.unbind()
         g_n, bs = g_tokens.clamp(min=1), targets.size(0)  # rows, or tokens when (N,)
-        self.log("train/loss", loss_sum / g_n, on_step=True, prog_bar=True, batch_size=bs)
+        # not prog_bar=True: Lightning would convert it to a float after every step (a host
+        # sync on a GPU); the bar reads it when it draws (training/progress.py)
+        self.log("train/loss", loss_sum / g_n, on_step=True, batch_size=bs)
         self.log("train/nll", nll_sum / g_n, on_step=True, batch_size=bs)
         self.log("train/perplexity", perplexity(nll_sum / g_n), on_step=True, batch_size=bs)
         self.log("train/token_acc", g_correct / g_total.clamp(min=1), on_step=True, batch_size=bs)
@@ -392,14 +419,20 @@ class TransformerModule(L.LightningModule):
         }
 
 
-def _check_arguments(optim, label_smoothing, z_loss, loss_normalize) -> None:
+def _check_arguments(optim, label_smoothing, z_loss, loss_normalize, fused_output) -> None:
     """TransformerModule's own arguments, one line naming the key (a checkpoint's optimizer, a
     dict, was checked when its run was built)."""
+    fused_z = (
+        f"loss.fused_output=true and loss.z_loss={z_loss} cannot both be set (the fused loss "
+        "never forms the logits the z-loss needs); expected loss.z_loss=0 or "
+        "loss.fused_output=false"
+    )
     raise_first(
         [
             number_problem("loss.label_smoothing", label_smoothing, 0.0, 1.0),
             number_problem("loss.z_loss", z_loss, 0.0),
             choice_problem("loss.normalize", loss_normalize, LOSS_NORMALIZATIONS),
+            fused_z if fused_output and z_loss else None,
         ]
     )
     if isinstance(optim, functools.partial):  # a new run's

@@ -17,9 +17,10 @@ import lightning as L
 
 from attnlab.runs.optuna_link import TrialLink, open_trial
 from attnlab.runs.status import EXIT_CODES, Status
+from attnlab.training.hooks import SkipEmptyHooks
 
 
-class SweepPruning(L.Callback):
+class SweepPruning(SkipEmptyHooks, L.Callback):
     """Report `link.metric` after every validation (not the sanity check) and stop the run when
     the pruner says so (until the pruner's last step, if it has one, and never at the run's last
     validation). Rank 0 asks; every rank stops. The validation count is kept in checkpoints, so

@@ -11,8 +11,10 @@ from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.callbacks.model_summary import log
 from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
 
+from attnlab.training.hooks import SkipEmptyHooks
 
-class ParamsSummary(ModelSummary):
+
+class ParamsSummary(SkipEmptyHooks, ModelSummary):
     """The parameter table of Lightning's ModelSummary, minus the FLOPs it cannot count here."""
 
     @staticmethod

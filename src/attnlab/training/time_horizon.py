@@ -27,10 +27,11 @@ import lightning as L
 from lightning.pytorch.callbacks import Timer
 
 from attnlab.problems import integer_problem, number_problem, raise_first
+from attnlab.training.hooks import SkipEmptyHooks
 from attnlab.training.schedules import lr_lambda
 
 
-class TimeBudgetHorizon(L.Callback):
+class TimeBudgetHorizon(SkipEmptyHooks, L.Callback):
     """Sets the schedule's max_steps (and the run's last step) from the measured step rate and
     the time trainer.max_time leaves; see the module docstring."""
 

@@ -22,6 +22,7 @@ from torchmetrics import Metric
 from torchmetrics.text import SacreBLEUScore
 
 from attnlab.tasks.base import Decoding
+from attnlab.training.hooks import SkipEmptyHooks
 
 
 class SacreCHRF(Metric):
@@ -53,7 +54,7 @@ class SacreCHRF(Metric):
         return torch.tensor(score / 100, dtype=torch.float64)
 
 
-class TranslationQuality(L.Callback):
+class TranslationQuality(SkipEmptyHooks, L.Callback):
     def __init__(
         self,
         beam_size: int = 4,
