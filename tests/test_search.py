@@ -155,6 +155,10 @@ def test_a_bad_search_key_is_one_line_exit_2_before_anything_runs(change, messag
         (["--count", "0"], "--count 0 is not valid"),
         (["--storage", "notaurl"], "--storage: cannot open the study there"),
         (["--storage", "postgresql+nodriver://u@h/db"], "--storage: cannot open the study there"),
+        (
+            ["--storage", "postgresql+pg8000://u@h/db"],
+            "its driver pg8000 (or use postgresql+psycopg",
+        ),
     ],
 )
 def test_a_bad_count_or_storage_is_one_line_exit_2_and_nothing_written(args, message, tmp_path,

@@ -139,7 +139,23 @@ def open_search(search: Search) -> None:
         if isinstance(err, SweepError):
             raise
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if isinstance(err, ImportError):  # Optuna's "Please install appropriate one."
+            first = f"{missing_driver(search.storage)} is not installed"
         raise SweepError(f"--storage: cannot open the study there: {first}") from None
+
+
+def missing_driver(url: str) -> str:
+    """The database driver a storage URL needs, as the package to install."""
+    scheme = url.split("://", 1)[0]
+    if scheme.startswith("postgresql"):
+        driver = scheme.partition("+")[2] or "psycopg2"
+        if driver == "psycopg":
+            return "its driver psycopg (pip install 'attnlab[postgres]')"
+        return (
+            f"its driver {driver} (or use postgresql+psycopg:// with pip install "
+            "'attnlab[postgres]')"
+        )
+    return f"the database driver for {scheme}://"
 
 
 def run_search(
