@@ -1,6 +1,6 @@
 """The trials of a shipped sweep file as the tests compose them: a grid's every point, a
-search's preflight points (per arm, each searched key at its first value or lower bound, then
-each other categorical choice: attnlab.sweeps.search.Search.check_trials)."""
+search's preflight points (per arm, the combinations of each searched key's checked values:
+attnlab.sweeps.search.Search.check_trials)."""
 
 from __future__ import annotations
 

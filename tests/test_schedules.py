@@ -175,7 +175,7 @@ def test_noam_without_warmup_and_without_a_peak_is_refused_with_the_spike_named(
         (["scheduler=noam", "scheduler.warmup_steps=100"], (64 * 100) ** -0.5),  # its formula
         (["scheduler=noam", "scheduler.warmup_steps=100", "scheduler.peak_lr=0.5"], 0.5),
         (["scheduler=cosine", "scheduler.peak_lr=2e-3"], 2e-3),
-        (["scheduler=inverse_sqrt", "scheduler.peak_lr=2e-3"], 2e-3),
+        (["scheduler=inverse_sqrt", "scheduler.warmup_steps=100", "scheduler.peak_lr=2e-3"], 2e-3),
         (["scheduler=constant"], 3e-3),  # the group's default peak
     ],
 )
@@ -202,3 +202,13 @@ def test_a_learning_rate_given_as_optim_lr_is_refused_in_one_line(compose):
     its own peak with optim.lr=0.5, and a run folder named lr_0.5)."""
     with pytest.raises(Exception, match="optim"):
         compose(["scheduler=noam", "optim.lr=0.5"])
+
+
+@pytest.mark.parametrize(
+    ("choice", "warmup"), [(None, 100), ("noam", 4000), ("inverse_sqrt", 4000), ("constant", 0)]
+)
+def test_each_schedule_warms_up_as_its_file_says(compose, choice, warmup):
+    """scheduler=noam runs the paper's 4000 warmup steps (before, train.yaml's 100 for the
+    default run applied to every schedule); the default run's cosine keeps its 100."""
+    cfg = compose([f"scheduler={choice}"] if choice else [])
+    assert cfg.scheduler.warmup_steps == warmup

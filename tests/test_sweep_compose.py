@@ -4,7 +4,6 @@ not hours into a sweep."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -83,12 +82,17 @@ def test_every_grid_point_composes_and_validates(tmp_path):
 
 @pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
 def test_sweep_file_has_a_grid_of_the_expected_size(path):
-    """Guards the test above against a sweep that silently expands to nothing (a search: one
-    preflight point per arm, as its searched keys are numbers)."""
+    """Guards the test above against a sweep that silently expands to nothing (a search: per
+    arm, its check points, search_space.check_points)."""
     spec = yaml.safe_load(path.read_text())
     if is_search(path):
-        arms = [len(spec["parameters"][k]["values"]) for k in spec.get("arms", [])]
-        assert len(sweep_trials(path)) == math.prod(arms)
+        from attnlab.sweeps import search_space
+
+        arms = search_space.arms({"name": path.stem, **spec})
+        points = sum(
+            len(search_space.check_points(search_space.distributions(spec, arm)[0])) for arm in arms
+        )
+        assert len(sweep_trials(path)) == points >= len(arms)
         return
     expected = 1
     for param in spec["parameters"].values():
