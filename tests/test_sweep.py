@@ -686,3 +686,28 @@ def test_wandb_agents_interrupted_exit_4_like_every_command(tmp_path, monkeypatc
     FakePopen.calls = []
     argv = [str(SWEEPS / "heads.yaml"), "--wandb", "--parallel", "2", "--out", str(tmp_path)]
     assert sweep.main(argv) == 4
+
+
+def test_a_trials_warnings_reach_the_sweeps_console_once(tmp_path):
+    """A trial's `attnlab-train: warning:` lines (only its last attempt's) are printed under its
+    line; the same warning from a later trial of the sweep is not printed again."""
+    from attnlab.sweeps.runner import run_trials
+    from attnlab.sweeps.spec import Trial
+
+    said = "import sys; print('attnlab-train: warning: ' + sys.argv[1], file=sys.stderr)"
+    trials = [
+        Trial(i, {}, [], [sys.executable, "-c", said, text], f"t{i}", tmp_path / f"t{i}")
+        for i, text in enumerate(["warmup_steps=250 >= max_steps=120", "warmup_steps=250 >= "
+                                  "max_steps=120", "another"])
+    ]  # fmt: skip
+    (tmp_path / "t0").mkdir()
+    (tmp_path / "t0" / "trial.log").write_text(
+        "$ an earlier attempt\nattnlab-train: warning: old\n"
+    )
+    lines: list[str] = []
+    run_trials(trials, parallel=1, log=lines.append)
+    warned = [line.strip() for line in lines if "warning" in line]
+    assert warned == [
+        "000-t0: attnlab-train: warning: warmup_steps=250 >= max_steps=120",
+        "002-t2: attnlab-train: warning: another",
+    ], lines

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
@@ -39,6 +39,7 @@ class TrialResult:
     metric: float | None = None
     gpus: str | None = None
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # this attempt's "<prog>: warning:" lines
 
     @property
     def results_path(self) -> Path | None:
@@ -156,6 +157,7 @@ def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: 
         )  # counted as a failed trial
     result.status = status
     result.metric = _metric(results, metric_name)
+    result.warnings = attempt_warnings(result.log_path)
     if status != Status.COMPLETED:
         error = (results or {}).get("error")
         if not error:
@@ -163,6 +165,26 @@ def finish(result: TrialResult, exit_code: int, interrupted: bool, metric_name: 
             last = _last_line(result.log_path)
             error = f"{error}: {last}" if last and status == Status.FAILED else error
         result.error = str(error)
+
+
+def attempt_warnings(path: Path | None) -> list[str]:
+    """The warnings the trial's last attempt printed (its `<program>: warning: ...` lines in
+    trial.log after the attempt's `$ <command>` line), each once, in order."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except (OSError, AttributeError):
+        return []
+    starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+    found = [ln.strip() for ln in lines[starts[-1] if starts else 0 :] if ": warning: " in ln]
+    return list(dict.fromkeys(w for w in found if w.split(": warning: ")[0].startswith("attnlab")))
+
+
+def warning_lines(result: TrialResult, shown: set[str]) -> list[str]:
+    """The console lines for a trial's warnings not shown before in this sweep (`shown` is
+    updated): the same warning from every trial of a grid is printed once."""
+    new = [w for w in result.warnings if w not in shown]
+    shown.update(new)
+    return [f"          {result.trial.label}: {w}" for w in new]
 
 
 def _last_line(path: Path | None) -> str | None:
@@ -206,6 +228,7 @@ class _TrialPool:
         self.free = deque(groups)
         self.slots = min(parallel, len(groups)) if groups else parallel
         self.running: dict[subprocess.Popen, tuple[TrialResult, float, object]] = {}
+        self.warned: set[str] = set()  # trial warnings already on the console
         self.metric_name, self.log = metric_name, log
         self.memory_share: float | None = memory_share
 
@@ -277,6 +300,8 @@ class _TrialPool:
             f"{self._progress(result)} {result.status:<9} {result.trial.label}"
             f"{metric} ({result.wall_time_s:.1f} s){error}"
         )
+        for line in warning_lines(result, self.warned):
+            self.log(line)
 
 
 def launch(trial: Trial, env: dict[str, str], gpus: str | None = None):

@@ -33,6 +33,7 @@ from attnlab.sweeps.runner import (
     finish,
     launch,
     trial_env,
+    warning_lines,
 )
 from attnlab.sweeps.spec import Trial, make_trial, swept_keys, trial_name
 
@@ -58,6 +59,7 @@ class Search:
         self.metric = self.config["metric"]["name"]
         self.arm_keys = search_space.arm_keys(self.config)
         self.keys = [k for k in swept_keys(self.config) if k not in self.arm_keys]
+        self.warned: set[str] = set()  # trial warnings already on the console (all workers)
 
     @property
     def name(self) -> str:
@@ -259,6 +261,8 @@ def _run_one(search: Search, study, arm: dict, trial, gpus, events, log) -> Tria
         f"{result.status:<9} {study.study_name} trial {trial.number}: {spec.run_dir.name}{metric} "
         f"({result.wall_time_s:.1f} s; Optuna: {state.lower()}{note})"
     )
+    for line in warning_lines(result, search.warned):
+        log(line)
     return result
 
 
