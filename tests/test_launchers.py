@@ -66,3 +66,4 @@ def test_a_job_that_never_reported_counts_as_failed(tmp_path, monkeypatch):
     lines = multirun.summary(records)
     assert lines[0] == "multirun: 2 jobs: 1 completed, 1 failed"
     assert lines[1] == "  job 1 failed: no status reported"
+    assert lines[2] == f"multirun: runs in {tmp_path}; compare them: attnlab-compare {tmp_path}"

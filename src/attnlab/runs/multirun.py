@@ -94,7 +94,8 @@ def collect(multirun_id: str, expected: int | None) -> list[dict]:
 
 
 def summary(records: list[dict]) -> list[str]:
-    """'multirun: 3 jobs: 2 completed, 1 diverged' and one line per job that did not succeed."""
+    """'multirun: 3 jobs: 2 completed, 1 diverged', one line per job that did not succeed, and
+    the multirun's folder with the attnlab-compare command for it."""
     lines = [f"multirun: {len(records)} jobs: {status_counts([r['status'] for r in records])}"]
     for r in records:
         if EXIT_CODES.get(r["status"], 1) == 0:
@@ -105,6 +106,9 @@ def summary(records: list[dict]) -> list[str]:
         if r.get("run_dir"):
             line += f" ({r['run_dir']})"
         lines.append(line + (f": {r['error']}" if r.get("error") else ""))
+    if _sweep_dir:  # where the runs are, and the command that compares them
+        folder = _sweep_dir[0]
+        lines.append(f"multirun: runs in {folder}; compare them: attnlab-compare {folder}")
     return lines
 
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env python
+"""Section 3c's seeds at each head count's best rate in one CSV (docs/REPRODUCTION.md, issue 51):
+every h at peak 8e-3, seeds 1-5 (or more), each row with its own git_commit.
+
+Joins
+    <heads_best runs.csv>     sweeps/heads_best.yaml: every h, seeds 2.. (attnlab-compare <its
+                              --out> --out <dir>: <dir>/runs.csv)
+    <seed-1 runs.csv> ...     single runs of seed 1 at 8e-3, each given as N=<runs.csv> (h = 8:
+                              the heads_check rerun; h = 1: its rerun at the heads_best commit)
+    docs/results/heads_rate.csv  the rate grids' seed-1 rows at 8e-3, for the h not given above
+into one table keyed by (model.n_heads, seed) in runs.csv's layout, so attnlab-compare reads it
+back as runs.
+
+    python scripts/heads_best_csv.py <heads_best runs.csv> 8=<heads_check runs.csv> \
+        1=<heads_h1_seed1 runs.csv> --out docs/results/heads_best.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+PEAK = 0.008
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("heads_best", type=Path, help="runs.csv of sweeps/heads_best.yaml")
+    parser.add_argument("seed_one", nargs="*", help="N=<runs.csv>: h = N's seed-1 run at 8e-3")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    table: dict[tuple, dict] = {}
+    for row in _rows(RESULTS / "heads_rate.csv"):  # the grids' seed-1 points at 8e-3
+        if float(row["scheduler.peak_lr"]) == PEAK and row["seed"] == "1":
+            table[int(row["model.n_heads"]), 1] = row
+    for given in args.seed_one:  # reruns at a newer commit replace them
+        heads, _, path = given.partition("=")
+        (row,) = _rows(Path(path))
+        table[int(heads), 1] = {**row, "model.n_heads": heads, "seed": "1"}
+    for row in _rows(args.heads_best):
+        if row["status"] == "completed":
+            table[int(row["model.n_heads"]), int(row["seed"])] = row
+    columns = ["model.n_heads", "seed", "status", "wall_time_s", "git_commit"]
+    extra = sorted(
+        {k for r in table.values() for k in r if k not in columns} - {"scheduler.peak_lr"}
+    )
+    rows = [table[k] for k in sorted(table)]
+    with args.out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns + extra, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{len(rows)} rows -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
