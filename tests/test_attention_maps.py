@@ -86,10 +86,15 @@ def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp
     assert arrays[ENC_DEC[2]].shape == (2, 5, 5)  # (H, T, S): [BOS] + the four target symbols
     _assert_causal(arrays[ENC_DEC[1]])
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{n}.png" for n in ENC_DEC)
-    # without --target: the model's own greedy output, under <run_dir>/attention/input
+    # without --target: the model's own greedy output, under <run_dir>/attention/<the input>;
+    # a second input gets a folder of its own
     assert attention_main([str(ckpt), "1 2 3"]) == 0
-    t = np.load(copy_run / "attention" / "input" / "attention.npz")[ENC_DEC[1]].shape[1]
+    assert attention_main([str(ckpt), "4 5"]) == 0
+    first, second = sorted((copy_run / "attention").glob("input-*"), key=lambda p: p.name)
+    assert first.name.startswith("input-1_2_3-") and second.name.startswith("input-4_5-")
+    t = np.load(first / "attention.npz")[ENC_DEC[1]].shape[1]
     assert 1 <= t <= 101
+    assert np.load(second / "attention.npz")[ENC_DEC[0]].shape[1] == 3  # 4 5 [EOS]
     capsys.readouterr()
     assert attention_main([str(ckpt), "5 9 16"]) == 2
     err = capsys.readouterr().err.strip()

@@ -3,7 +3,8 @@
     attnlab-attention CKPT "a source sentence" [--target "its translation"] [--out DIR]
     attnlab-attention outputs/length_extrapolation/<run>/checkpoints/last.ckpt "5 9 2 7"
 
-Writes, under --out (default <run_dir>/attention/input), one PNG per attention module (one
+Writes, under --out (default <run_dir>/attention/<the input as a folder name>, one folder per
+input and target: input_folder), one PNG per attention module (one
 panel per head, the tokens as tick labels: encoder self-attention, decoder self-attention,
 cross-attention) and attention.npz with one array (H, T, S) per module name
 (`decoder.layers.0.self_attn`, ...). Text is tokenized with the run's tokenizer.model; for
@@ -22,6 +23,8 @@ model that masks source padding, and the first sign of a forgotten mask
 from __future__ import annotations
 
 import argparse
+import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -39,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ckpt", help="checkpoint file of an attnlab run")
     p.add_argument("source", help='the input: text, or space-separated ids ("5 9 2 7")')
     p.add_argument("--target", help="the target (default: the model's greedy output)")
-    p.add_argument("--out", help="output directory (default: <run_dir>/attention/input)")
+    p.add_argument(
+        "--out", help="output directory (default: <run_dir>/attention/<the input>, one per input)"
+    )
     p.add_argument("--max-len", type=int, default=100, help="greedy decoding limit (tokens)")
     p.add_argument(
         "--pad",
@@ -54,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also log the maps as images into the run's W&B run (offline without an API key)",
     )
     return p
+
+
+def input_folder(args) -> str:
+    """The default output folder's name for this input (and target, and pads): the text made
+    file-system safe, at most 40 characters, and a short hash of the whole, so two inputs never
+    share a folder ("5 9 2 7" -> input-5_9_2_7-<hash>)."""
+    whole = "\0".join(str(x) for x in (args.source, args.target, args.pad))
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", args.source).strip("_")[:40] or "input"
+    return f"input-{slug}-{hashlib.sha1(whole.encode()).hexdigest()[:8]}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +126,7 @@ def attention_of(args: argparse.Namespace) -> list[Path]:
     tokenizer, sep_id = getattr(datamodule, "tokenizer", None), getattr(datamodule, "sep_id", None)
     src = token_labels(inputs[0][0].tolist(), tokenizer, sep_id)
     tgt = token_labels(inputs[1][0].tolist(), tokenizer, sep_id) if len(inputs) > 1 else None
-    out = Path(args.out) if args.out else run_dir / "attention" / "input"
+    out = Path(args.out) if args.out else run_dir / "attention" / input_folder(args)
     axes = {name: axes_labels(name, src, tgt) for name in weights}
     paths = render_maps(weights, axes, out)
     if args.wandb:
