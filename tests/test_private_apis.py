@@ -52,6 +52,12 @@ def _has(obj, name: str) -> bool:
          "_compute_score_from_stats", "chrF summed over DDP ranks, equal to corpus_chrf"),
         ("runs/optuna_link.py", "optuna.trial._frozen.FrozenTrial", "_trial_id",
          "a searched trial's run reports to the trial its sweep worker asked (Trial(study, id))"),
+        ("sweeps/study.py", "optuna.study.Study", "_storage",
+         "a retried trial keeps the successive-halving rungs its first attempt passed"),
+        ("sweeps/study.py", "optuna.trial.Trial", "_trial_id",
+         "a retried trial keeps the successive-halving rungs its first attempt passed"),
+        ("sweeps/study.py", "optuna.pruners._successive_halving", "_completed_rung_key",
+         "the rung attribute's name (study.RUNG_PREFIX) is Optuna's"),
     ],
     ids=lambda v: v if isinstance(v, str) and "/" in v and v.endswith(".py") else None,
 )  # fmt: skip

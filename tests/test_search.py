@@ -504,3 +504,49 @@ def test_a_trial_claimed_on_another_host_without_its_lease_yet_is_not_stale():
     assert stale_reason(trial, now) is None
     trial.user_attrs = {**other, ATTR_LEASE: now - 1}
     assert "has not renewed its lease" in stale_reason(trial, now)
+
+
+def test_a_retried_trial_keeps_the_rungs_its_first_attempt_passed():
+    """Successive halving (min_resource 1, eta 3: rungs at validations 1, 3, 9): a trial that
+    passed rung 0, crashed and was taken back keeps its history and rung 0, so at its next
+    validation the pruner judges rung 1 only. Without the carry (the control) the retry is
+    judged at rung 0 again, with its later value, against the rung's competitors."""
+    from optuna.pruners import _successive_halving as halving
+
+    from attnlab.sweeps import study as studies_
+
+    def make():
+        pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
+        study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(0))
+        for value in (1.0, 2.0):  # two finished competitors through rung 0
+            t = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1)})
+            t.report(value + 1, 0)
+            t.report(value, 1)
+            t.should_prune()
+            study.tell(t, value)
+        first = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1)})
+        first.report(1.5, 0)
+        first.report(0.5, 1)  # the best at rung 0: passes it
+        assert not first.should_prune()
+        studies_.retry(study, first)
+        return study, first
+
+    study, first = make()
+    searched = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1)}
+    _, _, again = studies_.next_trial([study], [{}], 10, {}, lambda arm: searched)
+    frozen = study.get_trials(deepcopy=False)[again.number]
+    assert again.user_attrs[studies_.ATTR_RETRY_OF] == first.number
+    assert frozen.intermediate_values == {0: 1.5, 1: 0.5}
+    assert halving._get_current_rung(frozen) == 1
+    assert halving._completed_rung_key(0).startswith(studies_.RUNG_PREFIX)
+    again.report(0.45, 2)  # the next validation (below rung 1's step, 3): not judged
+    assert not again.should_prune()
+
+    control, _ = make()
+    plain = control.ask(searched)  # the retry, asked without the carry
+    plain.report(0.45, 2)
+    frozen = control.get_trials(deepcopy=False)[plain.number]
+    assert halving._get_current_rung(frozen) == 0
+    plain.should_prune()  # judged at rung 0 again, with the later value
+    frozen = control.get_trials(deepcopy=False)[plain.number]
+    assert frozen.system_attrs[halving._completed_rung_key(0)] == 0.45

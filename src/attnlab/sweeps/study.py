@@ -171,6 +171,27 @@ def retry(study, trial) -> bool:
     return True
 
 
+RUNG_PREFIX = "completed_rung_"  # Optuna's successive halving: the rungs a trial passed
+
+
+def carry_progress(study, trial) -> None:
+    """A retry goes on from where the attempt it retries stopped: that attempt's intermediate
+    values are reported again into the new trial (its history), and the rungs of successive
+    halving it passed are marked passed (Optuna keeps them as `completed_rung_<k>` system
+    attributes), so the pruner judges the resumed run at the next rung only, as it would have
+    judged the uncrashed trial, not again at rungs already passed with a later value. (Those
+    rungs' values also stay on the failed attempt, so among the competitors they count twice.)"""
+    retried = trial.user_attrs.get(ATTR_RETRY_OF)
+    first = [t for t in study.get_trials(deepcopy=False) if t.number == retried]
+    if not first:
+        return
+    for step, value in sorted(first[0].intermediate_values.items()):
+        trial.report(value, step)
+    for key, value in first[0].system_attrs.items():
+        if key.startswith(RUNG_PREFIX):  # the storage call is private (tests/test_private_apis)
+            study._storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
 def reached_target(study, config: dict) -> bool:
     """metric.target reached by a completed trial (W&B then stops the sweep)."""
     target = (config.get("metric") or {}).get("target")
@@ -197,6 +218,7 @@ def next_trial(studies: Sequence, arms: Sequence[dict], cap: int, config: dict, 
     for _, _, study, arm in sorted(candidates, key=lambda c: c[:2]):
         trial = study.ask(searched(arm))
         if trial.user_attrs.get(ATTR_RETRY_OF) is not None:
+            carry_progress(study, trial)
             return study, arm, trial
         earlier = [t for t in counted(study.get_trials(deepcopy=False)) if t.number < trial.number]
         if len(earlier) < cap:
