@@ -52,6 +52,8 @@ def _has(obj, name: str) -> bool:
          "_compute_score_from_stats", "chrF summed over DDP ranks, equal to corpus_chrf"),
         ("runs/optuna_link.py", "optuna.trial._frozen.FrozenTrial", "_trial_id",
          "a searched trial's run reports to the trial its sweep worker asked (Trial(study, id))"),
+        ("runs/lightning_loggers.py", "torch.utils.tensorboard.writer.SummaryWriter",
+         "_get_file_writer", "TensorBoard's HParams tab gets the run's metrics at its end"),
         ("sweeps/study.py", "optuna.study.Study", "_storage",
          "a retried trial keeps the successive-halving rungs its first attempt passed"),
         ("sweeps/study.py", "optuna.trial.Trial", "_trial_id",

@@ -283,6 +283,9 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
     if state.is_rank_zero:
         results = state.record.write(status, **results)
         finish_wandb(built.loggers, results)
+        for logger in built.loggers:  # TensorBoard's HParams tab: the headline metrics
+            if hasattr(logger, "record_hparams"):
+                logger.record_hparams({k: v for k, v in metrics.items() if k.startswith(HPARAMS)})
         say(f"{status}: {_summary(metrics)}; results in {state.record.path}")
         if status == Status.INTERRUPTED:
             say(
@@ -290,6 +293,9 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
                 "its newest checkpoint (resume=auto)"
             )
     return results
+
+
+HPARAMS = ("val/", "test/")  # the metrics TensorBoard's HParams tab compares runs by
 
 
 def _scalars(metrics: dict) -> dict[str, float]:

@@ -91,13 +91,33 @@ class _Replaying:
 
 class ReplayingTensorBoardLogger(_Replaying, TensorBoardLogger):
     """Event files in <run_dir>/tensorboard. A resumed attempt starts its file with a purge at
-    step 0 (TensorBoard then ignores the earlier files) and replays metrics.csv into it."""
+    step 0 (TensorBoard then ignores the earlier files) and replays metrics.csv into it. The
+    HParams tab gets the run's config and its val/ and test/ metrics when the run ends
+    (record_hparams), not Lightning's placeholder `hp_metric`, so a sweep's runs compare there."""
 
     def __init__(self, run_dir: Path, previous_rows: list[dict], subdir: str) -> None:
         log_dir = Path(run_dir) / subdir
         purge = {"purge_step": 0} if any(log_dir.glob("events.out.tfevents.*")) else {}
-        super().__init__(save_dir=str(run_dir), name=subdir, version="", **purge)
+        super().__init__(
+            save_dir=str(run_dir), name=subdir, version="", default_hp_metric=False, **purge
+        )
         self._setup_replay(previous_rows)
+
+    @rank_zero_only
+    def record_hparams(self, metrics: dict[str, float]) -> None:
+        """The HParams tab's record of this run: its config (what log_hyperparams stored) and
+        the names of `metrics`, whose values TensorBoard reads from the run's scalars of the
+        same names (logged during the run). Written once, at the end, when the names are known."""
+        from torch.utils.tensorboard.summary import hparams
+
+        params = {
+            k: v if isinstance(v, (bool, int, float, str)) else str(v)
+            for k, v in dict(self.hparams).items()
+        }
+        writer = self.experiment._get_file_writer()
+        for summary in hparams(params, dict(metrics)):
+            writer.add_summary(summary)
+        writer.flush()
 
     def _log_row(self, metrics, step) -> None:
         TensorBoardLogger.log_metrics(self, metrics, step)
