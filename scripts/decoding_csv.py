@@ -44,13 +44,15 @@ def write(sweep: str, out: Path, key: str, ways: tuple[str, ...]) -> None:
             path = results.parent / "eval" / f"{way}.json"
             if path.is_file():
                 scores = json.loads(path.read_text())
+                commit = record.get("git_commit", "")  # the commit the run was trained at
                 rows.append(
-                    [way, run, "completed", scores["wall_time_s"], *(scores[s] for s in SCORES)]
+                    [way, run, "completed", scores["wall_time_s"], commit]
+                    + [scores[s] for s in SCORES]
                 )
     rows.sort(key=lambda r: (ways.index(r[0]), r[1]))
     with open(out, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([key, "seed", "status", "wall_time_s", *SCORES])
+        writer.writerow([key, "seed", "status", "wall_time_s", "git_commit", *SCORES])
         writer.writerows(rows)
     print(f"{out}: {len(rows)} rows")
 

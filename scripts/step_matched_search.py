@@ -197,7 +197,7 @@ def to_csv(args) -> None:
     named NAME-STEPS_sSEED (a recipe run at several step counts) is recipe NAME at STEPS."""
     keys = ("test/bleu", "test/chrf", "test/nll", "val/bleu", "val/chrf", "val/nll")
     writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(["recipe", "steps", "seed", "status", "wall_time_s", *keys])
+    writer.writerow(["recipe", "steps", "seed", "status", "wall_time_s", "git_commit", *keys])
     for path in args.rows:
         for line in Path(path).read_text().splitlines():
             row = json.loads(line)
@@ -207,6 +207,7 @@ def to_csv(args) -> None:
             recipe = job["name"].rsplit("_s", 1)[0].removesuffix(f"-{job['steps']}")
             writer.writerow([recipe, job["steps"], job["seed"],
                              row["results"]["status"], row["wall"],
+                             row["results"].get("git_commit", ""),
                              *(round(metrics[k], 4) for k in keys)])  # fmt: skip
 
 
