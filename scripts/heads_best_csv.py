@@ -47,6 +47,10 @@ def main() -> None:
     for row in _rows(args.heads_best):
         if row["status"] == "completed":
             table[int(row["model.n_heads"]), int(row["seed"])] = row
+    for row in table.values():  # a resumed run's record holds its last attempt's wall time only
+        elapsed = row.get("time/elapsed_s") or ""
+        if elapsed and float(elapsed) > float(row["wall_time_s"] or 0):
+            row["wall_time_s"] = f"{float(elapsed):.2f}"  # training time over all attempts
     columns = ["model.n_heads", "seed", "status", "wall_time_s", "git_commit"]
     extra = sorted(
         {k for r in table.values() for k in r if k not in columns} - {"scheduler.peak_lr"}
