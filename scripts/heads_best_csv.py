@@ -18,16 +18,11 @@ back as runs.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+from heads_rate_csv import RESULTS, _rows, write_runs  # the grids' CSV: same layout
+
 PEAK = 0.008
-
-
-def _rows(path: Path) -> list[dict]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def main() -> None:
@@ -51,16 +46,7 @@ def main() -> None:
         elapsed = row.get("time/elapsed_s") or ""
         if elapsed and float(elapsed) > float(row["wall_time_s"] or 0):
             row["wall_time_s"] = f"{float(elapsed):.2f}"  # training time over all attempts
-    columns = ["model.n_heads", "seed", "status", "wall_time_s", "git_commit"]
-    extra = sorted(
-        {k for r in table.values() for k in r if k not in columns} - {"scheduler.peak_lr"}
-    )
-    rows = [table[k] for k in sorted(table)]
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns + extra, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"{len(rows)} rows -> {args.out}")
+    write_runs(args.out, ["model.n_heads"], table, drop=("scheduler.peak_lr",))
 
 
 if __name__ == "__main__":

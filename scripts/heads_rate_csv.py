@@ -42,16 +42,21 @@ def main() -> None:
     for row in [*heads, *_rows(RESULTS / "heads_lr.csv"), *_rows(args.heads_rate)]:
         key = (int(row["model.n_heads"]), float(row["scheduler.peak_lr"]))
         table[key] = row  # later sources win: heads_lr's 2e-3 rows are the same runs
-    # runs.csv's layout (attnlab.analysis.run_table): keys, seed, status, wall_time_s,
-    # git_commit, then the metrics, so attnlab-compare reads it back as runs
-    columns = ["model.n_heads", "scheduler.peak_lr", "seed", "status", "wall_time_s", "git_commit"]
-    extra = sorted({k for r in table.values() for k in r if k not in columns})
+    write_runs(args.out, ["model.n_heads", "scheduler.peak_lr"], table)
+
+
+def write_runs(out: Path, keys: list[str], table: dict, drop: tuple[str, ...] = ()) -> None:
+    """The rows of `table` in key order, in runs.csv's layout (attnlab.analysis.run_table): the
+    keys, seed, status, wall_time_s, git_commit, then the metrics (every other column but
+    `drop`), so attnlab-compare reads it back as runs."""
+    columns = [*keys, "seed", "status", "wall_time_s", "git_commit"]
+    extra = sorted({k for r in table.values() for k in r if k not in columns} - set(drop))
     rows = [table[k] for k in sorted(table)]
-    with args.out.open("w", newline="") as f:
+    with out.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns + extra, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    print(f"{len(rows)} rows -> {args.out}")
+    print(f"{len(rows)} rows -> {out}")
 
 
 if __name__ == "__main__":
