@@ -60,6 +60,10 @@ FEWER_SEEDS = {
     "heads_rate": 1,
     "lr_search": 1,
     "norm_lr_search": 1,
+    # section 2 across width: 2 seeds x 9 rates per arm and width (the issue's design); each
+    # sensitivity pools its arm's nine rates, and the report states the seeds
+    "lr_width": 2,
+    "lr_width_nowarmup": 2,
 }
 
 
@@ -235,3 +239,24 @@ def test_the_guides_own_sweep_file_runs_as_documented():
     assert len(trials) == 18 and trials[3].name == "pos_encoding_sinusoidal-peak_lr_0.003-seed_1"
     assert check_trials(trials, REPO / "conf") == []
     assert "scheduler.peak_lr" in spec["parameters"] and spec["metric"]["name"] in UNSMOOTHED
+
+
+def test_lr_width_is_section_2s_protocol_at_each_width_on_one_grid():
+    """sweeps/lr_width*.yaml: at d_model 64 every arm is section 2's run of that arm and rate
+    (lr_sensitivity.yaml) in everything that trains; both files share one nine-rate grid; the
+    d_model override scales d_ff to 4 d_model."""
+    section2 = _arms("lr_sensitivity")
+    width = {(n, 300, q, lr): flat for (n, q, lr), flat in _arms("lr_width").items()}
+    width |= {("post", 0, False, lr): flat for (lr,), flat in _arms("lr_width_nowarmup").items()}
+    assert len(width) == 5 * 9 and {k[3] for k in width} >= {k[3] for k in section2}
+    plumbing = lambda flat: {k: v for k, v in flat.items() if not PLUMBING.match(k)}  # noqa: E731
+    for key, flat in width.items():
+        if key in section2:
+            assert plumbing(flat) == plumbing(section2[key]), key
+    trial = sweep_trials(REPO / "sweeps" / "lr_width.yaml")[0]
+    overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
+    for d_model in (32, 128):
+        cfg = compose_config(
+            REPO / "conf", [*overrides, f"model.d_model={d_model}", "paths.run_dir=run"]
+        )
+        assert (cfg.model.d_ff, cfg.model.n_heads) == (4 * d_model, 4)
