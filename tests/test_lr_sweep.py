@@ -1,11 +1,11 @@
 """attnlab-compare on a learning-rate sweep: per arm the metric against the rate, the best rate,
-the LR sensitivity (Wortsman et al., 2023) with its bootstrap interval, the arms compared at their
-own best rate (with and without --select-seeds), and the budget check."""
+the LR sensitivity (Wortsman et al., 2023) per seed with its t interval on the grid and on its
+stable range, the basin, the flags and the exact test, the arms compared at their own best rate
+(with and without --select-seeds), and the budget check."""
 
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import statistics
 from pathlib import Path
@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from scipy import stats
 
 from attnlab.analysis import budget, lr_sweep
+from attnlab.analysis import lr_sensitivity as ls
 from attnlab.analysis.groups import group_runs
 from attnlab.analysis.runs import find_results, load_run
 from attnlab.cli import compare
@@ -82,25 +84,73 @@ def _sensitivity(matrix: np.ndarray) -> float:
     return float(np.mean(means - means.min()))
 
 
-def test_sensitivity_and_its_interval_match_a_hand_computation(sweep):
-    """Three seeds: the bootstrap over seeds has 27 equally likely resamples; the 95% percentile
-    interval is then the smallest and the largest of their sensitivities (each has probability
-    1/27 > 2.5%)."""
-    for arm in _arms(sweep, seeds=(1, 2, 3)):
-        norm = arm.values["model.norm_position"]
-        matrix = _capped(norm, (1, 2, 3))
-        result = lr_sweep.sensitivity(arm, goal_max=False)
-        assert result.value == pytest.approx(_sensitivity(matrix))
-        resamples = [
-            _sensitivity(matrix[list(rows)]) for rows in itertools.product(range(3), repeat=3)
-        ]
-        assert result.ci == pytest.approx((min(resamples), max(resamples)))
-        assert result.n_seeds == 3
-    post = next(
-        a for a in _arms(sweep, seeds=(1, 2, 3)) if a.values["model.norm_position"] == "post"
-    )
-    assert post.points[-1].values == {1: INIT, 2: INIT, 3: INIT}  # diverged, capped, diverged
-    assert post.points[-1].ended_badly == {1, 3}
+def _t_interval(x: np.ndarray) -> tuple[float, float]:
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return (x.mean() - half, x.mean() + half)
+
+
+def _per_seed(matrix: np.ndarray) -> np.ndarray:
+    """Each seed's sensitivity: its mean excess over its own best."""
+    return (matrix - matrix.min(axis=1, keepdims=True)).mean(axis=1)
+
+
+def test_sensitivity_per_seed_with_t_interval_basin_and_flags_match_a_hand_computation(sweep):
+    """Four seeds: each seed's sensitivity is its mean excess over its own best, the arm's the
+    mean with a t interval (3 df); the stable range stops below 1e-1, where post stalls (its mean
+    2.875 is above the stall level 0.75 x 3.0); the basin (tol 0.12) and the flag by hand."""
+    arms = {a.values["model.norm_position"]: a for a in _arms(sweep)}
+    assert lr_sweep.stall_level([r for a in arms.values() for p in a.points for r in p.runs],
+                                "val/nll", None) == pytest.approx(0.75 * INIT)  # fmt: skip
+    assert arms["post"].points[-1].stalled and not any(p.stalled for p in arms["pre"].points)
+    assert arms["post"].points[-1].did_not_train == {2, 4}  # 5.0 and 2.5 completed; 1, 3 diverged
+    where = ls.stable_range(list(arms.values()))
+    assert (where.lo, where.hi) == (1e-3, 1e-2)
+    best_all = ls.best_of_all(list(arms.values()), goal_max=False)
+    assert best_all == pytest.approx(statistics.fmean(VALUES[("pre", 1e-2)]))
+    for norm, arm in arms.items():
+        matrix = _capped(norm, (1, 2, 3, 4))
+        grid = ls.read(arm, False, 0.12, best_all)
+        assert list(grid.sensitivity.values()) == pytest.approx(_per_seed(matrix).tolist())
+        summary = grid.sensitivity_summary
+        assert summary.ci == pytest.approx(_t_interval(_per_seed(matrix)))
+        part = ls.read(arm, False, 0.12, best_all, where)
+        assert list(part.sensitivity.values()) == pytest.approx(_per_seed(matrix[:, :2]).tolist())
+        means = matrix.mean(axis=0)
+        assert grid.mean_basin == int(np.sum(means - means.min() <= 0.12)) == 2
+        assert grid.mean_basin_decades == pytest.approx(1.0)
+        assert (
+            list(grid.basin.values())
+            == np.sum(matrix - matrix.min(axis=1, keepdims=True) <= 0.12, axis=1).tolist()
+        )
+        assert grid.basin_of_all == int(np.sum(means - best_all <= 0.12))
+    assert ls.reaches_divergence(arms["post"]) and not ls.reaches_divergence(arms["pre"])
+    d = ls.difference(ls.read(arms["pre"], False, 0.12, best_all).sensitivity,
+                      ls.read(arms["post"], False, 0.12, best_all).sensitivity)  # fmt: skip
+    welch = stats.ttest_ind(_per_seed(_capped("pre", (1, 2, 3, 4))),
+                            _per_seed(_capped("post", (1, 2, 3, 4))), equal_var=False)  # fmt: skip
+    assert d.p == pytest.approx(welch.pvalue) and d.test == "welch"
+
+
+def test_an_arm_without_spread_gets_an_exact_test_with_its_smallest_p():
+    """Three equal values against three that vary: the exact permutation test (20 relabellings,
+    the observed one the most extreme of each sign: p = 2/20), not a one-sample t-test."""
+    from attnlab.analysis import stats as ours
+
+    d = ours.welch([1.0, 1.0, 1.0], [0.2, 0.5, 0.4])
+    assert d.p == pytest.approx(0.1) and d.test.startswith("exact")
+    assert ours.smallest_p(3, 3) == pytest.approx(0.1) and ours.smallest_p(5, 5) < 0.01
+    assert "cannot go below p=0.1" in d.verdict()
+    constant = ls.difference({1: 2, 2: 2, 3: 2}, {1: 1, 2: 1, 3: 1})
+    assert constant.p == pytest.approx(0.1) and constant.diff == 1
+    assert ls.difference({1: 2, 2: 2}, {1: 2, 2: 2}).test == "welch"  # equal constants: no test
+
+
+def test_lr_range_is_parsed_or_refused_in_one_line():
+    assert ls.parse_range("1e-4:3e-2") == ls.Range(1e-4, 3e-2, "--lr-range")
+    assert ls.parse_range(":0.01").lo == 0 and ls.parse_range("0.01:").hi == float("inf")
+    for bad in ("0.1", "a:b", "0.1:0.01"):
+        with pytest.raises(ValueError, match="--lr-range"):
+            ls.parse_range(bad)
 
 
 def test_best_rate_comparison_and_select_seeds(sweep, capsys):
@@ -121,9 +171,8 @@ def test_best_rate_comparison_and_select_seeds(sweep, capsys):
     rows = {r[0]: r for r in summary[1:]}
     assert float(rows["norm_position=post"][1]) == best_post
     assert float(rows["norm_position=pre"][1]) == 1e-2
-    assert float(rows["norm_position=post"][4]) == pytest.approx(
-        _sensitivity(_capped("post", (1, 2, 3, 4))), rel=1e-3
-    )
+    sensitivity = float(rows["norm_position=post"][3].split(" [")[0])
+    assert sensitivity == pytest.approx(_per_seed(_capped("post", (1, 2, 3, 4))).mean(), rel=1e-3)
     # the comparison at the best rates: post (baseline: the sweep file's first value) vs pre
     pre_line = next(ln for ln in out.splitlines() if ln.startswith("pre "))
     assert pre_line.split()[1] == "4"  # n: all four seeds
@@ -165,6 +214,8 @@ def test_the_plot_marks_diverged_runs_and_the_report_leaves_the_trials_alone(swe
         ),  # fmt: skip
         (["--select-seeds", ","], "--select-seeds ',' is not valid; expected seeds such as 1,2,3"),
         (["--baseline", "norm_position=sideways"], "matches no group"),
+        (["--lr-range", "0.1"], "--lr-range '0.1' is not LO:HI, e.g. 1e-4:3e-2"),
+        (["--tol", "-1"], "--tol -1: expected a tolerance >= 0"),
     ],
 )
 def test_bad_sweep_arguments_are_one_line_and_exit_2(sweep, capsys, argv, message):

@@ -11,12 +11,12 @@ model that learned nothing.
     LR sensitivity = mean over the grid of [ capped(metric at rate) - best over the grid ]
                     (for a metric to maximize: best - capped(metric at rate))
 
-computed on the mean over seeds at each rate; its 95% interval is a percentile bootstrap over
-seeds (scipy.stats.bootstrap, resampling whole seeds, i.e. a seed's values at every rate
-together). The *best rate* is the rate of the best mean; the arms are then compared at their own
-best rates with the usual statistics (attnlab.analysis.report.statistics_table). Choosing a rate
-on the same seeds it is judged on flatters every arm (the largest of several noisy means is
-biased upward); `select_seeds` picks each arm's rate on some seeds and compares on the others.
+computed per seed, with the basin's width, on the whole grid and on its stable range
+(attnlab.analysis.lr_sensitivity). The *best rate* is the rate of the best mean; the arms are
+then compared at their own best rates with the usual statistics
+(attnlab.analysis.report.statistics_table). Choosing a rate on the same seeds it is judged on
+flatters every arm (the largest of several noisy means is biased upward); `select_seeds` picks
+each arm's rate on some seeds and compares on the others.
 """
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ DEFAULT_LR_KEY = "scheduler.peak_lr"
 INIT_KEY = "nll_init"  # results.json's loss at initialization, read as a metric
 # Statuses that count at the cap: the run ended, without a usable final metric.
 _ENDED_BADLY = (Status.DIVERGED, Status.FAILED)
+# The stall level of a sweep to minimize: (1 - DID_NOT_TRAIN) x the median loss at
+# initialization of its runs (one level for the sweep: the initial loss moves by seed, 3.3-3.8 in
+# section 2). A completed run whose best value never went below it "did not train": it learned
+# about the targets' frequencies and no more (section 2's reverse task: 2.79, against 2.6). An
+# arm "stalls" at a rate where its seeds' mean final value is at or above it.
+DID_NOT_TRAIN = 0.25
 
 
 def higher_is_better(metric: str) -> bool:
@@ -50,6 +56,19 @@ class RatePoint:
     values: dict[Any, float] = field(default_factory=dict)  # seed -> capped value
     ended_badly: set = field(default_factory=set)  # seeds that diverged or failed
     runs: list[Run] = field(default_factory=list)
+    did_not_train: set = field(default_factory=set)  # seeds whose best stayed at the stall level
+    stall_level: float | None = None  # the sweep's (stall_level); None for a metric to maximize
+
+    @property
+    def stalled(self) -> bool:
+        """The arm fails here: every seed diverged or failed, or the seeds' mean final value is
+        at or above the stall level, whether they never left it or broke down later."""
+        if not self.values:
+            return False
+        if set(self.values) <= self.ended_badly:
+            return True
+        level = self.stall_level
+        return level is not None and statistics.fmean(self.values.values()) >= level
 
     def mean(self, seeds: Sequence | None = None) -> float | None:
         chosen = [v for s, v in self.values.items() if seeds is None or s in seeds]
@@ -69,13 +88,6 @@ class Arm:
             return None
         pick = max if goal_max else min
         return pick(scored, key=lambda mp: mp[0])[1]
-
-
-@dataclass(frozen=True)
-class Sensitivity:
-    value: float | None
-    ci: tuple[float, float] | None
-    n_seeds: int  # seeds with a value at every rate (what the bootstrap resamples)
 
 
 def numeric_keys(runs: Sequence[Run], keys: Sequence[str]) -> list[str]:
@@ -128,6 +140,25 @@ def run_value(run: Run, metric: str, cap: float | None, goal_max: bool) -> float
     return None
 
 
+def stall_level(runs: Sequence[Run], metric: str, cap: float | None) -> float | None:
+    """(1 - DID_NOT_TRAIN) x the median cap of the runs (their loss at initialization, or --cap);
+    None for a metric to maximize or without caps."""
+    caps = [cap_of(r, metric, cap) for r in runs]
+    caps = [c for c in caps if c is not None and math.isfinite(c)]
+    if higher_is_better(metric) or not caps:
+        return None
+    return (1 - DID_NOT_TRAIN) * statistics.median(caps)
+
+
+def did_not_train(run: Run, metric: str, level: float | None) -> bool:
+    """A completed run whose best value of the metric (its `_best`, else its final) never went
+    below the stall level."""
+    value = run.metrics.get(f"{metric}_best", run.metrics.get(metric))
+    if level is None or value is None or run.status != Status.COMPLETED:
+        return False
+    return not math.isfinite(value) or value >= level
+
+
 def arms(
     groups: Sequence[Group], keys: Sequence[str], x_key: str, metric: str, cap: float | None
 ) -> list[Arm]:
@@ -135,6 +166,7 @@ def arms(
     rate), each with its points in increasing rate."""
     goal_max = higher_is_better(metric)
     arm_keys = [k for k in keys if k != x_key]
+    level = stall_level([r for g in groups for r in g.runs], metric, cap)
     by_arm: dict[tuple, Arm] = {}
     for g in groups:
         rate = g.values.get(x_key)
@@ -143,13 +175,15 @@ def arms(
         values = {k: g.values[k] for k in arm_keys}
         ident = tuple(repr(v) for v in values.values())
         arm = by_arm.setdefault(ident, Arm(values, []))
-        point = RatePoint(float(rate), runs=list(g.runs))
+        point = RatePoint(float(rate), runs=list(g.runs), stall_level=level)
         for run in g.runs:
             value = run_value(run, metric, cap, goal_max)
             if value is not None:
                 point.values[run.seed] = value
             if run.status in _ENDED_BADLY:
                 point.ended_badly.add(run.seed)
+            elif did_not_train(run, metric, level):
+                point.did_not_train.add(run.seed)
         arm.points.append(point)
     for arm in by_arm.values():
         arm.points.sort(key=lambda p: p.rate)
@@ -162,37 +196,6 @@ def sensitivity_of(means: Sequence[float], goal_max: bool) -> float:
     best = max(means) if goal_max else min(means)
     excess = [(best - m) if goal_max else (m - best) for m in means]
     return math.fsum(excess) / len(excess)
-
-
-def sensitivity(arm: Arm, goal_max: bool, n_resamples: int = 9999, seed: int = 0) -> Sensitivity:
-    """The arm's LR sensitivity over the seeds that have a value at every rate, and its 95%
-    percentile bootstrap interval over those seeds (None with fewer than 2)."""
-    import numpy as np
-    from scipy import stats
-
-    seeds = set.intersection(*(set(p.values) for p in arm.points)) if arm.points else set()
-    seeds = sorted(seeds, key=sort_key)
-    if not seeds:
-        return Sensitivity(None, None, 0)
-    matrix = np.array([[p.values[s] for p in arm.points] for s in seeds])  # (seeds, rates)
-    value = sensitivity_of(matrix.mean(axis=0).tolist(), goal_max)
-    if len(seeds) < 2 or np.ptp(matrix, axis=0).max() == 0:
-        return Sensitivity(value, None, len(seeds))
-
-    def statistic(rows):
-        return sensitivity_of(matrix[rows.astype(int)].mean(axis=0).tolist(), goal_max)
-
-    result = stats.bootstrap(
-        (np.arange(len(seeds)),),
-        statistic,
-        vectorized=False,
-        n_resamples=n_resamples,
-        method="percentile",
-        confidence_level=0.95,
-        rng=np.random.default_rng(seed),
-    )
-    ci = result.confidence_interval
-    return Sensitivity(value, (float(ci.low), float(ci.high)), len(seeds))
 
 
 def best_rate_groups(
@@ -218,7 +221,7 @@ def curve_table(arms_: Sequence[Arm], x_key: str, keys: Sequence[str]) -> list[l
     rows = [[f"arm \\ {names.get(x_key, x_key)}", *[fmt_value(r) for r in rates]]]
     for arm in arms_:
         by_rate = {p.rate: p for p in arm.points}
-        row = [_arm_label(arm, names)]
+        row = [arm_label(arm, names)]
         for rate in rates:
             p = by_rate.get(rate)
             row.append(_cell(p) if p is not None else "")
@@ -236,61 +239,13 @@ def _cell(p: RatePoint) -> str:
     text += f" (n={len(values)})"
     if p.ended_badly:
         text += f", {len(p.ended_badly)} diverged"
+    if p.did_not_train:
+        text += f", {len(p.did_not_train)} did not train"
     return text
 
 
-def _arm_label(arm: Arm, names: dict) -> str:
+def arm_label(arm: Arm, names: dict) -> str:
     return group_label(Group(arm.values), names) if arm.values else "all runs"
-
-
-def summary_table(
-    arms_: Sequence[Arm],
-    keys: Sequence[str],
-    x_key: str,
-    metric: str,
-    select_seeds: Sequence | None = None,
-) -> list[list[str]]:
-    """Header + one row per arm: its best rate (on select_seeds when given) and the metric
-    there (mean, 95% t interval), the LR sensitivity with its bootstrap interval, and how many
-    runs diverged or failed."""
-    from attnlab.analysis import stats
-
-    goal_max = higher_is_better(metric)
-    names = short_names(keys)
-    short_x = names.get(x_key, x_key)
-    chosen = " (chosen on seeds " + ",".join(map(str, select_seeds)) + ")" if select_seeds else ""
-    rows = [
-        [
-            "arm",
-            f"best {short_x}{chosen}",
-            f"{metric} there: mean",
-            "95% CI",
-            "LR sensitivity",
-            "95% bootstrap CI",
-            "seeds",
-            "diverged / runs",
-        ]
-    ]
-    for arm in arms_:
-        point = arm.best(goal_max, select_seeds)
-        summary = stats.summarize(list(point.values.values())) if point else None
-        sens = sensitivity(arm, goal_max)
-        ci = summary.ci if summary else None
-        bad = sum(len(p.ended_badly) for p in arm.points)
-        runs = sum(len(p.runs) for p in arm.points)
-        rows.append(
-            [
-                _arm_label(arm, names),
-                fmt_value(point.rate) if point else "",
-                fmt_number(summary.mean) if summary else "",
-                f"[{fmt_number(ci[0])}, {fmt_number(ci[1])}]" if ci else "",
-                fmt_number(sens.value),
-                f"[{fmt_number(sens.ci[0])}, {fmt_number(sens.ci[1])}]" if sens.ci else "",
-                str(sens.n_seeds),
-                f"{bad} / {runs}",
-            ]
-        )
-    return rows
 
 
 def plot(arms_: Sequence[Arm], keys: Sequence[str], x_key: str, metric: str, path) -> bool:
@@ -322,7 +277,7 @@ def plot(arms_: Sequence[Arm], keys: Sequence[str], x_key: str, metric: str, pat
                 xs.append(p.rate)
                 means.append(p.mean())
         if xs:
-            ax.plot(xs, means, "-o", color=color, label=_arm_label(arm, names), markersize=4)
+            ax.plot(xs, means, "-o", color=color, label=arm_label(arm, names), markersize=4)
             drawn = True
     if not drawn:
         plt.close(fig)

@@ -199,7 +199,9 @@ def statistics_table(
         elif d is None:
             row += ["", "", "", "", "", "too few runs to test (n < 2)"]
         else:
-            row += [fmt_number(d.diff), _interval(d.ci), stats.fmt_p(d.p), stats.fmt_p(d.p_holm)]
+            exact = " (exact)" if d.test.startswith("exact") else ""  # one arm has no spread
+            row += [fmt_number(d.diff), _interval(d.ci), stats.fmt_p(d.p) + exact]
+            row += [stats.fmt_p(d.p_holm)]
             late = late or any(x is baseline for x in still_improving)
             row += [fmt_number(d.mdd), d.verdict() + (f"; {NOTE}" if late else "")]
         rows.append(row)

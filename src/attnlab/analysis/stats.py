@@ -62,6 +62,12 @@ class Difference:
             shown = fmt_p(p)
             shown = shown if shown.startswith("<") else f"={shown}"
             return f"{'higher' if self.diff > 0 else 'lower'} (p{shown})"
+        if self.test.startswith("exact"):  # one arm without spread: an exact test's floor
+            floor = self.test.split(": ", 1)[1].rstrip(")")
+            return (
+                "no difference detected; one arm has no spread, and an exact test at this n "
+                f"cannot go below p={floor}"
+            )
         if self.mdd is None:  # constant groups: nothing to detect a difference against
             return "no difference detected (no spread between seeds)"
         return f"no difference detected; this n would miss differences under {self.mdd:.3g}"
@@ -131,11 +137,46 @@ def welch(arm: Sequence[float], base: Sequence[float], confidence: float = 0.95)
     diff = math.fsum(a) / len(a) - math.fsum(b) / len(b)
     if se2 == 0:  # two constant groups: no spread to test against, so no p (NaN)
         return Difference(diff, (diff, diff), math.nan, None, "welch")
+    if va == 0 or vb == 0:  # one constant group: Welch's would be a one-sample t-test
+        return exact(a, b, confidence)
     se = math.sqrt(se2)
     df = se2**2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
     p = float(2 * stats.t.sf(abs(diff) / se, df))  # = scipy's ttest_ind(equal_var=False)
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     return Difference(diff, (diff - half, diff + half), p, detectable_difference(se, df), "welch")
+
+
+def smallest_p(n_arm: int, n_base: int) -> float:
+    """The smallest two-sided p an exact permutation test of n_arm against n_base values can
+    give: 2 / C(n_arm + n_base, n_arm) (3 against 3: 0.1)."""
+    return min(1.0, 2 / math.comb(n_arm + n_base, n_arm))
+
+
+def exact(arm: Sequence[float], base: Sequence[float], confidence: float = 0.95) -> Difference:
+    """The exact permutation test of the difference of means (scipy.stats.permutation_test over
+    every relabelling of the pooled values), for groups where one has no spread: a t-test would
+    then read the other group's spread alone. The interval is Welch's (the constant group adds
+    no variance); the test is "exact (smallest p at this n: X)"."""
+    import numpy as np
+    from scipy import stats
+
+    a, b = np.array(_finite(arm)), np.array(_finite(base))
+    diff = float(a.mean() - b.mean())
+    result = stats.permutation_test(
+        (a, b),
+        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=math.inf,
+        alternative="two-sided",
+    )
+    va, vb = a.var(ddof=1), b.var(ddof=1)
+    se = math.sqrt(va / len(a) + vb / len(b))
+    df = len(a) - 1 if va > 0 else len(b) - 1  # the varying group's
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    floor = smallest_p(len(a), len(b))
+    test = f"exact (smallest p at this n: {floor:.2g})"
+    return Difference(diff, (diff - half, diff + half), float(result.pvalue), None, test)
 
 
 def paired(arm: dict, base: dict, confidence: float = 0.95) -> Difference:

@@ -39,11 +39,12 @@ read back as such a table, so a report's tables can be regenerated without the r
 
 A learning-rate sweep (scheduler.peak_lr swept, or any numeric swept key given with --x) is read
 as Wortsman et al. (2023) read one (attnlab.analysis.lr_sweep): per arm (the other swept keys)
-the metric against the rate, the best rate, the LR sensitivity with a bootstrap interval, and
-the arms compared at their own best rate (--select-seeds: chosen on some seeds, compared on the
-others); lr_<metric>.png and lr_sweep.csv. The console shows the headline's tables; --all
-prints every metric's (the files always hold them all). The report goes to --out, else the
-folder the PATHs share (never a trial's own folder).
+the metric against the rate, the best rate, the LR sensitivity per seed with a t interval on the
+grid and its stable range (--lr-range), the basin (--tol), the arms' sensitivities tested against
+the baseline's, and the arms compared at their own best rate (--select-seeds: chosen on some
+seeds, compared on the others); lr_<metric>.png and lr_sweep.csv. The console shows the
+headline's tables; --all prints every metric's (the files always hold them all). The report
+goes to --out, else the folder the PATHs share (never a trial's own folder).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab import programs
-from attnlab.analysis import budget, lr_sweep, report, sweep_file
+from attnlab.analysis import budget, lr_sensitivity, lr_sweep, report, sweep_file
 from attnlab.analysis.groups import (
     DEFAULT_IGNORE,
     choose_metrics,
@@ -265,7 +266,12 @@ def _lr_study(args, groups, keys, x_key, metric, from_file) -> LRStudy:
     baseline = _baseline(best, arm_keys, args.baseline, from_file)
     late = [g for g in best if _late(g)]
     table = report.statistics_table(best, arm_keys, metric, baseline, args.paired, late)
-    return LRStudy(x_key, arm_keys, metric, arms, best, baseline, table, seeds, args.cap)
+    lr_range = lr_sensitivity.parse_range(args.lr_range) if args.lr_range else None
+    if not args.tol >= 0:
+        raise ValueError(f"--tol {args.tol:g}: expected a tolerance >= 0")
+    return LRStudy(
+        x_key, arm_keys, metric, arms, best, baseline, table, seeds, args.cap, args.tol, lr_range
+    )
 
 
 def _seed_list(text: str | None) -> list | None:

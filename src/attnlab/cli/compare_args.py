@@ -104,6 +104,19 @@ def _add_lr_arguments(p: argparse.ArgumentParser) -> None:
         "which a value is capped (default for an nll: each run's loss at initialization)",
     )
     p.add_argument(
+        "--lr-range",
+        metavar="LO:HI",
+        help="learning-rate sweep: the second range of the sensitivity and the tests, e.g. "
+        "1e-4:3e-2 (default: the grid's rates below the lowest at which any arm stalls)",
+    )
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=0.1,
+        help="learning-rate sweep: a rate is in an arm's basin when its metric is within TOL of "
+        "the arm's best (default 0.1, in the metric's units)",
+    )
+    p.add_argument(
         "--select-seeds",
         metavar="SEEDS",
         help="learning-rate sweep: choose each arm's best rate on these seeds (e.g. 1,2,3) and "
