@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attnlab.model import AttentionContext, MultiHeadAttention, Transformer
-from attnlab.training.diagnostics import probe
+from attnlab.training.diagnostics import layer_grad_norms, layer_parameters, probe
 from attnlab.training.losses import label_smoothed_nll, z_loss
 from model_utils import PAD, tiny, tokens
 
@@ -41,6 +41,36 @@ def test_probe_reads_every_attention_module_and_log_z():
     model.train()  # probe evaluates in eval mode and restores the mode it found
     probe(model, lambda: model(src, tgt), tgt, PAD)
     assert model.training
+
+
+def test_layer_grad_norms_split_the_gradient_by_encoder_and_decoder_layer():
+    """Every layer of both stacks, in order; each norm is that layer's parameters' gradient norm
+    (by hand); the squares of the layers' and of the rest (embeddings, final norms) add up to
+    the whole model's."""
+    torch.manual_seed(0)
+    model = Transformer(tiny(n_encoder_layers=3))
+    src, tgt = tokens(3, 6), tokens(3, 5, seed=1)
+    loss, _, _ = label_smoothed_nll(model(src, tgt), tgt, 0.0, PAD)
+    loss.backward()
+    layers = layer_parameters(model)
+    names = [n for n, _ in layers]
+    assert names == [f"encoder.layers.{i}" for i in range(3)] + [
+        "decoder.layers.0",
+        "decoder.layers.1",
+    ]
+    norms = layer_grad_norms(layers)
+    for name, params in layers:
+        by_hand = torch.cat([p.grad.flatten() for p in params]).norm()
+        assert float(norms[name]) == pytest.approx(float(by_hand), rel=1e-5)
+    in_layers = {id(p) for _, params in layers for p in params}
+    rest = [
+        p.grad.flatten()
+        for p in model.parameters()
+        if id(p) not in in_layers and p.grad is not None
+    ]
+    total = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).norm()
+    summed = sum(float(v) ** 2 for v in norms.values()) + float(torch.cat(rest).norm()) ** 2
+    assert summed == pytest.approx(float(total) ** 2, rel=1e-4)
 
 
 def _trained_logit_max(lr: float, qk_norm: bool, steps: int = 60) -> float:

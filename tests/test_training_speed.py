@@ -80,7 +80,7 @@ def test_train_metrics_are_logged_every_n_steps_and_at_the_last(compose, tmp_pat
         compose, tmp_path, "trainer.max_steps=23", "trainer.log_every_n_steps=5"
     )
     names = ("train/loss", "train/nll", "train/perplexity", "train/token_acc", "train/lr")
-    names += ("train/tokens_per_sec", "diag/grad_norm")
+    names += ("train/tokens_per_sec", "diag/grad_norm", "diag/grad_norm/decoder.layers.0")
     train_rows = [r for r in _rows(run_dir) if r["train/loss"]]
     assert [int(r["step"]) for r in train_rows] == [4, 9, 14, 19]  # steps 5, 10, 15, 20
     for row in train_rows:

@@ -9,7 +9,9 @@ and Dehghani et al. (2023) trace divergence to two quantities that grow before t
 `probe` computes both in one eval-mode forward pass over a batch the caller keeps fixed (the
 first validation batch), so the values of successive validations are comparable and training
 steps run exactly as without them. The gradient norm, the third diagnostic, is logged by the
-training step itself (it costs nothing there: the clipping computes it).
+training step itself (it costs nothing there: the clipping computes it), and so is its split by
+layer (`layer_grad_norms`, on the logged steps only), Xiong et al.'s (2020) measure: at
+initialization Post-LN's gradients are largest near the output, Pre-LN's about equal by layer.
 """
 
 from __future__ import annotations
@@ -63,3 +65,25 @@ def probe(
         values["attn_logit_max"] = max(values.values())
     values["log_z"] = float(log_z.mean()) if log_z.numel() else float("nan")
     return values
+
+
+def layer_parameters(model: nn.Module) -> list[tuple[str, list[nn.Parameter]]]:
+    """[(name, parameters)] of each layer of the model's encoder and decoder stacks, in order
+    ("encoder.layers.0", ..., "decoder.layers.5")."""
+    layers = []
+    for stack in ("encoder", "decoder"):
+        module = getattr(model, stack, None)
+        for i, layer in enumerate(getattr(module, "layers", None) or []):
+            layers.append((f"{stack}.layers.{i}", list(layer.parameters())))
+    return layers
+
+
+def layer_grad_norms(layers: list[tuple[str, list[nn.Parameter]]]) -> dict[str, Tensor]:
+    """{layer name: the L2 norm of its parameters' gradients} (tensors on the device, no host
+    sync), for the layers with gradients."""
+    norms = {}
+    for name, params in layers:
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            norms[name] = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    return norms

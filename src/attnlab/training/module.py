@@ -11,7 +11,8 @@ learning-rate schedule stepped every optimizer step (Sec. 5.3), and logs
             since the previous value, validation excluded)
     val/ test/  loss, nll, perplexity, token_acc, exact_match                 (every evaluation)
     val/loss_best, val/nll_best, val/exact_match_best
-    diag/   grad_norm (before clipping, with the train/ metrics); attn_logit_max,
+    diag/   grad_norm and grad_norm/<layer> (each encoder and decoder layer's own, before
+            clipping, with the train/ metrics: step 0's is at initialization); attn_logit_max,
             attn_logit_max/<attention module>, log_z (every validation, on a fixed probe batch:
             attnlab.training.diagnostics)
 
@@ -38,7 +39,7 @@ from attnlab.problems import choice_problem, number_problem, raise_first
 from attnlab.tasks import task_named
 from attnlab.tasks.base import Task
 from attnlab.training.compat import as_today
-from attnlab.training.diagnostics import probe
+from attnlab.training.diagnostics import layer_grad_norms, layer_parameters, probe
 from attnlab.training.hooks import SkipEmptyHooks
 from attnlab.training.losses import (
     fused_output_nll,
@@ -138,6 +139,7 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         self._validation_start = 0.0
         self._grad_norm: Tensor | None = None
         self._param_list: list[nn.Parameter] | None = None
+        self._layer_list: list | None = None
         self._probe: dict | None = None  # the first validation batch: the diagnostics' input
         # The unsmoothed nll of the first training batch before any update (kept in
         # checkpoints): the loss at initialization, where an LR sensitivity caps a diverged run.
@@ -282,6 +284,9 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         self._grad_norm = norm
         if self._log_now:
             self.log("diag/grad_norm", norm, on_step=True)
+            self._layer_list = self._layer_list or layer_parameters(self.model)  # listed once
+            for name, value in layer_grad_norms(self._layer_list).items():
+                self.log(f"diag/grad_norm/{name}", value, on_step=True)
 
     def configure_gradient_clipping(
         self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
