@@ -248,3 +248,19 @@ def test_budget_check_flags_an_arm_still_improving_by_more_than_its_spread(tmp_p
     assert post.endswith(budget.NOTE) and pre.endswith(budget.NOTE)  # against a late baseline
     assert "budget: norm_position=post: val/nll still fell by 0.2" in out
     assert "budget: norm_position=pre" not in out
+
+
+def test_a_diagnostic_gets_its_curve_against_the_rate_without_loss_semantics(sweep, capsys):
+    """--metric diag/...: the curve table and plot, no best rate, sensitivity, cap or
+    comparison at a best rate (a logit is not a loss: its smallest value is no 'best')."""
+    for results in sweep.glob("*/results.json"):
+        record = json.loads(results.read_text())
+        record["metrics"]["diag/attn_logit_max"] = 10.0 * record["config"]["scheduler"]["peak_lr"]
+        results.write_text(json.dumps(record))
+    assert compare.main([str(sweep), "--metric", "diag/attn_logit_max"]) == 0
+    out = capsys.readouterr().out
+    assert "a diagnostic, not a loss, so no best rate, LR sensitivity, cap" in out
+    for absent in ("LR sensitivity (Wortsman", "best peak_lr", "at their own best"):
+        assert absent not in out
+    assert "| 0.01 (n=4) |" in (sweep / "comparison.md").read_text().replace(" ± 0", "")
+    assert (sweep / "lr_diag_attn_logit_max.png").is_file()

@@ -28,6 +28,7 @@ class LRStudy:
     cap: float | None
     tol: float = ls.DEFAULT_TOL
     lr_range: ls.Range | None = None  # --lr-range; None: the stable range
+    descriptive: bool = False  # a diag/ metric: its curve only (lr_sweep.is_diagnostic)
 
     @property
     def goal_max(self) -> bool:
@@ -48,9 +49,11 @@ class LRStudy:
 
     def tables(self) -> dict[str, list[list[str]]]:
         tables = {
-            "lr curve": lr_sweep.curve_table(self.arms, self.x_key, [*self.arm_keys, self.x_key]),
-            "lr summary": self.summary_table(),
+            "lr curve": lr_sweep.curve_table(self.arms, self.x_key, [*self.arm_keys, self.x_key])
         }
+        if self.descriptive:
+            return tables
+        tables["lr summary"] = self.summary_table()
         if self.baseline_arm() is not None and len(self.arms) > 1:
             tables["lr sensitivity"] = self.difference_table()
         tables["lr best"] = self.statistics
@@ -135,6 +138,11 @@ class LRStudy:
         on = f"; on {rng.label} ({rng.why})" if rng else "; no arm stalls, so one range"
         base = short_names(self.arm_keys)
         label = lr_sweep.arm_label(self.baseline_arm(), base) if self.baseline_arm() else ""
+        if self.descriptive:
+            return {
+                "lr curve": f"{self.metric} by {self.x_key} (mean ± std over seeds): a diagnostic, "
+                "not a loss, so no best rate, LR sensitivity, cap or comparison at a best rate"
+            }
         return {
             "lr curve": f"{self.metric} by {self.x_key} (mean ± std over seeds; a run that "
             f"diverged or failed counts at the cap: {cap}; 'did not train': its best never "

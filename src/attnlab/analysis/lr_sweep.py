@@ -44,6 +44,12 @@ _ENDED_BADLY = (Status.DIVERGED, Status.FAILED)
 DID_NOT_TRAIN = 0.25
 
 
+def is_diagnostic(metric: str) -> bool:
+    """A diag/ metric (an attention logit, a gradient norm) is no loss: it has no best rate, no
+    sensitivity and no cap, only its curve against the rate."""
+    return metric.startswith("diag/")
+
+
 def higher_is_better(metric: str) -> bool:
     return any(word in metric for word in ("bleu", "chrf", "exact_match", "acc"))
 
@@ -288,7 +294,8 @@ def plot(arms_: Sequence[Arm], keys: Sequence[str], x_key: str, metric: str, pat
         ax.set_yscale("log")
     ax.set_xlabel(names.get(x_key, x_key))
     ylabel = f"{metric} (mean over seeds; capped at the loss at initialization)"
-    ax.set_ylabel(ylabel if not higher_is_better(metric) else metric)
+    plain = higher_is_better(metric) or is_diagnostic(metric)
+    ax.set_ylabel(metric + " (mean over seeds)" if plain else ylabel)
     title = f"{metric} against {names.get(x_key, x_key)}"
     if marked:
         title += " (x at the top: a run that diverged, counted at the cap)"

@@ -33,8 +33,9 @@ def write_report(out: Path, table, c, args) -> list[Path]:
     lr_sections = _lr_files(out, c, written) if c.lr is not None else []
     curves = out / f"{args.curve_metric.replace('/', '_')}_curves.png"
     # a learning-rate sweep's curves: each arm at its best rate (every rate would be a tangle)
-    curve_groups = c.lr.best_groups if c.lr is not None else groups
-    curve_names = short_names(c.lr.arm_keys) if c.lr is not None else names
+    ranked = c.lr is not None and not c.lr.descriptive  # a diagnostic has no best rate
+    curve_groups = c.lr.best_groups if ranked else groups
+    curve_names = short_names(c.lr.arm_keys) if ranked else names
     has_curve = plot_curves(curve_groups, curve_names, args.curve_metric, curves)
     if has_curve:
         written.append(curves)
@@ -70,7 +71,7 @@ def _lr_files(out: Path, c, written: list[Path]) -> list[tuple[str, list]]:
         written.append(plot)
     tables, headings = lr.tables(), lr.headings()
     with open(out / "lr_sweep.csv", "w", newline="") as f:
-        csv.writer(f).writerows(tables["lr summary"])
+        csv.writer(f).writerows(tables.get("lr summary") or tables["lr curve"])
     written.append(out / "lr_sweep.csv")
     return [(headings[k], rows) for k, rows in tables.items()]
 

@@ -262,6 +262,8 @@ def _lr_study(args, groups, keys, x_key, metric, from_file) -> LRStudy:
     seeds = _seed_list(args.select_seeds)
     arms = lr_sweep.arms(groups, keys, x_key, metric, args.cap)
     arm_keys = [k for k in keys if k != x_key]
+    if lr_sweep.is_diagnostic(metric):  # its curve against the rate, nothing that ranks
+        return LRStudy(x_key, arm_keys, metric, arms, [], None, [], seeds, None, descriptive=True)
     best = lr_sweep.best_rate_groups(arms, lr_sweep.higher_is_better(metric), seeds)
     baseline = _baseline(best, arm_keys, args.baseline, from_file)
     late = [g for g in best if _late(g)]

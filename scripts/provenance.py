@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""Is each section of docs/REPRODUCTION.md still current? Checked, not asserted: for each section,
+one trial of its sweep file (as the file stood at the section's commit) is run short (20
+steps, one validation, 2 test batches, same seed) at that commit and at HEAD, and the two runs'
+metrics are compared.
+
+The commit's code runs from a git worktree (PYTHONPATH and ATTNLAB_CONF_DIR point into it; the
+installed packages are this checkout's), both runs from this checkout's folder so that data
+paths such as ../shared/data resolve alike. A section is "identical" when every val/, test/ and
+train/ metric the two share is equal (throughput and time excepted), else the largest relative
+difference is printed with its metric.
+
+    python scripts/provenance.py [--sections 2,6] [--data-root ../shared/data/multi30k] \
+        [--out /tmp/provenance] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+# section -> (the commit of its runs, its sweep file, the trial run): REPRODUCTION.md's status
+# table; 1a and 1b are extrapolation.yaml's ALiBi arms, decoder-only and encoder-decoder, seed 1
+SECTIONS = {
+    "1a": ("fc6d2b8", "extrapolation", 24),
+    "1b": ("fc6d2b8", "extrapolation", 9),
+    "1d": ("c34cdac", "alibi_shape", 0),
+    "2": ("e340b5b", "lr_sensitivity", 0),
+    "3a": ("2a8a97a", "heads", 0),
+    "3c": ("a62cc91", "heads_best", 0),
+    "4": ("27d35e2", "label_smoothing", 0),
+    "6": ("daea834", "classic_bugs", 0),
+}
+MULTI30K = {"3a", "3c", "4"}  # need data.root
+IGNORED = ("tokens_per_sec", "time/", "elapsed")
+LABEL = ("experiment", "model", "model.pos_encoding", "model.n_heads", "seed")
+
+
+def trial_overrides(commit: str, sweep: str, index: int) -> list[str]:
+    """Trial `index`'s overrides of sweeps/<sweep>.yaml as it stood at `commit` (no run dir)."""
+    from attnlab.sweeps import expand_sweep
+    from attnlab.sweeps.spec import override_key
+
+    text = subprocess.run(
+        ["git", "show", f"{commit}:sweeps/{sweep}.yaml"],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    trial = expand_sweep(yaml.safe_load(text))[index]
+    return [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
+
+
+def worktree(commit: str, root: Path) -> Path:
+    path = root / f"tree-{commit}"
+    if not path.exists():
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(path), commit],
+            cwd=REPO, check=True, capture_output=True,
+        )  # fmt: skip
+    return path
+
+
+def run(code: Path, overrides: list[str], run_dir: Path) -> dict:
+    """attnlab-train from the code under `code` (a worktree or this checkout); results.json."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(code / "src"),
+        "ATTNLAB_CONF_DIR": str(code / "conf"),
+        "WANDB_MODE": "disabled",
+    }
+    argv = [sys.executable, "-c", "from attnlab.cli.train import main; main()", *overrides]
+    argv += [f"paths.run_dir={run_dir}", f"hydra.run.dir={run_dir}", "logger=csv"]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    results = run_dir / "results.json"
+    if done.returncode != 0 or not results.exists():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"exit {done.returncode}: {tail[0]}")
+    return json.loads(results.read_text())
+
+
+def compare(old: dict, new: dict) -> tuple[str, int]:
+    """'identical' or the largest relative difference and its metric; the metrics compared."""
+    a, b = old["metrics"], new["metrics"]
+    keys = [
+        k for k in sorted(set(a) & set(b))
+        if k.split("/")[0] in ("val", "test", "train") and not any(i in k for i in IGNORED)
+    ]  # fmt: skip
+    worst, where = 0.0, ""
+    for k in keys:
+        x, y = a[k], b[k]
+        if x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)):
+            continue
+        rel = abs(x - y) / max(abs(x), abs(y), 1e-12)
+        if rel > worst:
+            worst, where = rel, f"{k}: {x:.7g} vs {y:.7g}"
+    return ("identical" if not where else f"differs, largest {worst:.2g} ({where})"), len(keys)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", help="comma-separated, e.g. 2,6 (default: all)")
+    parser.add_argument("--data-root", default="../shared/data/multi30k")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/provenance"))
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    chosen = args.sections.split(",") if args.sections else list(SECTIONS)
+    unknown = [s for s in chosen if s not in SECTIONS]
+    if unknown:
+        print(f"provenance.py: unknown section {unknown[0]!r}; expected one of: "
+              + ", ".join(SECTIONS), file=sys.stderr)  # fmt: skip
+        return 2
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    short = [f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={args.steps}"]
+    short += ["trainer.limit_test_batches=2", "trainer.limit_val_batches=4"]
+    print(f"| section | commit | run | {args.steps}-step run at the commit and at HEAD ({head}) |")
+    print("| --- | --- | --- | --- |")
+    failed = 0
+    for section in chosen:
+        commit, sweep, index = SECTIONS[section]
+        overrides = trial_overrides(commit, sweep, index) + short
+        if section in MULTI30K:
+            overrides.append(f"data.root={Path(args.data_root).resolve()}")
+        try:
+            old = run(worktree(commit, args.out), overrides, args.out / f"{section}-{commit}")
+            new = run(REPO, overrides, args.out / f"{section}-HEAD")
+            verdict, n = compare(old, new)
+            verdict = f"{verdict} ({n} metrics)"
+        except (RuntimeError, subprocess.CalledProcessError) as err:
+            verdict, failed = f"not compared: {err}", failed + 1
+        label = " ".join(o for o in overrides if o.split("=")[0] in LABEL)
+        print(
+            f"| {section} | {commit} | `{sweep}` trial {index} ({label}) | {verdict} |", flush=True
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
