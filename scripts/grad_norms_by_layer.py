@@ -48,7 +48,7 @@ def read_run(folder: Path) -> dict | None:
             ratio = norms[layers[-1]] / norms[layers[0]]
             norms[f"grad_norm_init/{stack}_last_over_first"] = ratio
     return {
-        "model.norm_position": record["config"]["model"]["norm_position"],
+        "model.norm_position": record["config"]["model.norm_position"],  # flat keys
         "seed": record["seed"],
         "status": record["status"],
         "wall_time_s": record["wall_time_s"],

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Is each section of docs/REPRODUCTION.md still current? Checked, not asserted: for each section,
-one trial of its sweep file (as the file stood at the section's commit) is run short (20
-steps, one validation, 2 test batches, same seed) at that commit and at HEAD, and the two runs'
+one trial of its sweep file is run short (20 steps, one validation, 2 test batches, same seed):
+the file and code at the section's commit, and the file and code at HEAD (a file that has since
+pinned the recipe its experiment preset then had must give the same run), and the two runs'
 metrics are compared.
 
 The commit's code runs from a git worktree (PYTHONPATH and ATTNLAB_CONF_DIR point into it; the
@@ -45,7 +46,8 @@ LABEL = ("experiment", "model", "model.pos_encoding", "model.n_heads", "seed")
 
 
 def trial_overrides(commit: str, sweep: str, index: int) -> list[str]:
-    """Trial `index`'s overrides of sweeps/<sweep>.yaml as it stood at `commit` (no run dir)."""
+    """Trial `index`'s overrides of sweeps/<sweep>.yaml as it stands at `commit` (a git
+    revision, HEAD included), without its run dir."""
     from attnlab.sweeps import expand_sweep
     from attnlab.sweeps.spec import override_key
 
@@ -125,12 +127,12 @@ def main() -> int:
     failed = 0
     for section in chosen:
         commit, sweep, index = SECTIONS[section]
-        overrides = trial_overrides(commit, sweep, index) + short
-        if section in MULTI30K:
-            overrides.append(f"data.root={Path(args.data_root).resolve()}")
+        data = [f"data.root={Path(args.data_root).resolve()}"] if section in MULTI30K else []
+        overrides = trial_overrides(commit, sweep, index) + short + data
+        now = trial_overrides("HEAD", sweep, index) + short + data
         try:
             old = run(worktree(commit, args.out), overrides, args.out / f"{section}-{commit}")
-            new = run(REPO, overrides, args.out / f"{section}-HEAD")
+            new = run(REPO, now, args.out / f"{section}-HEAD")
             verdict, n = compare(old, new)
             verdict = f"{verdict} ({n} metrics)"
         except (RuntimeError, subprocess.CalledProcessError) as err:
