@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +71,9 @@ def worktree(commit: str, root: Path) -> Path:
 
 
 def run(code: Path, overrides: list[str], run_dir: Path) -> dict:
-    """attnlab-train from the code under `code` (a worktree or this checkout); results.json."""
+    """attnlab-train from the code under `code` (a worktree or this checkout) into a fresh
+    `run_dir` (an earlier check's is removed first); results.json."""
+    shutil.rmtree(run_dir, ignore_errors=True)
     env = {
         **os.environ,
         "PYTHONPATH": str(code / "src"),

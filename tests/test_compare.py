@@ -289,3 +289,14 @@ def test_runs_of_two_sweeps_group_by_what_they_ran(tmp_path):
     runs, _ = compare.read_runs([str(tmp_path / "heads"), str(tmp_path / "heads_lr")])
     assert sorted(r.config["scheduler.peak_lr"] for r in runs) == [0.001, 0.002, 0.004]
     assert grouping.differing_keys(runs) == ["scheduler.peak_lr"]
+
+
+def test_a_multiruns_baseline_is_the_first_value_typed(runs_dir, capsys):
+    """`-m model.pos_encoding=rope,alibi`: Hydra's multirun.yaml keeps the order typed, and the
+    baseline is rope (typed first), not alibi (first in sort order); without it, alibi."""
+    assert compare.main([str(runs_dir), "--out", str(runs_dir / "a")]) == 0
+    assert "diff vs pos_encoding=alibi" in capsys.readouterr().out
+    task = ["debug=tiny", "model.pos_encoding=rope,alibi", "seed=1,2,3"]
+    (runs_dir / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": task}}}))
+    assert compare.main([str(runs_dir), "--out", str(runs_dir / "b")]) == 0
+    assert "diff vs pos_encoding=rope" in capsys.readouterr().out

@@ -3,7 +3,9 @@
 attnlab-sweep writes <out>/sweep.yaml (older sweeps: summary.json's "file" names it). From it
 attnlab-compare takes its defaults: the headline metric is the file's `metric.name`, and the
 baseline is the file's `baseline:` (a mapping KEY: VALUE, the paper's setting where the file
-names one) or else the first value of each swept parameter.
+names one) or else the first value of each swept parameter. A Hydra multirun's folder holds
+multirun.yaml instead: its swept overrides (`-m model.n_heads=8,1,4`) are read as parameters in
+the order typed, so the baseline is the first value typed (8), not the first in sort order.
 """
 
 from __future__ import annotations
@@ -28,7 +30,27 @@ def find_spec(paths: Sequence[str | Path]) -> dict | None:
     return None
 
 
+def _multirun_spec(path: Path) -> dict | None:
+    """A Hydra multirun's multirun.yaml as a sweep file: {"parameters": {key: {"values": [the
+    values in the order typed]}}} for each discrete sweep of its command line; None without."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        task = yaml.safe_load(path.read_text())["hydra"]["overrides"]["task"]
+        overrides = OverridesParser.create().parse_overrides(list(task))
+    except Exception:  # not a multirun's record, or an override Hydra no longer parses
+        return None
+    params = {
+        o.key_or_group: {"values": list(o.sweep_iterator())}
+        for o in overrides
+        if o.is_sweep_override() and o.is_discrete_sweep()
+    }
+    return {"parameters": params} if params else None
+
+
 def _spec_in(folder: Path) -> dict | None:
+    if (folder / "multirun.yaml").is_file():
+        return _multirun_spec(folder / "multirun.yaml")
     candidates = [folder / "sweep.yaml"]
     summary = folder / "summary.json"
     if summary.is_file():
