@@ -178,7 +178,8 @@ def statistics_table(
     """Header + one row per group: n, mean, std, 95% CI, and against the baseline the difference
     with its 95% CI, the test's p, Holm's p across the arms of this table, the minimum detectable
     difference at 80% power and the verdict (attnlab.analysis.stats); the verdict of a group in
-    `still_improving` (or against such a baseline) adds attnlab.analysis.budget's note.
+    `still_improving` (or against such a baseline) is marked (†), and the header gives
+    attnlab.analysis.budget's note once.
     ValueError when a paired test meets groups of different seeds."""
     from attnlab.analysis import stats
     from attnlab.analysis.budget import NOTE
@@ -195,7 +196,7 @@ def statistics_table(
         row += [str(s.n), fmt_number(s.mean), fmt_number(s.std), _interval(s.ci)]
         late = any(x is g for x in still_improving)
         if g is baseline:
-            row += ["baseline", "", "", "", "", NOTE if late else ""]
+            row += ["baseline", "", "", "", "", LATE if late else ""]
         elif d is None:
             row += ["", "", "", "", "", "too few runs to test (n < 2)"]
         else:
@@ -203,9 +204,14 @@ def statistics_table(
             row += [fmt_number(d.diff), _interval(d.ci), stats.fmt_p(d.p) + exact]
             row += [stats.fmt_p(d.p_holm)]
             late = late or any(x is baseline for x in still_improving)
-            row += [fmt_number(d.mdd), d.verdict() + (f"; {NOTE}" if late else "")]
+            row += [fmt_number(d.mdd), d.verdict() + (f" {LATE}" if late else "")]
         rows.append(row)
+    if any(LATE in row[-1] for row in rows[1:]):  # the note once, in the header
+        rows[0][-1] = f"verdict ({LATE}: {NOTE})"
     return rows
+
+
+LATE = "(†)"  # marks a row whose arm (or baseline) was still improving at the end
 
 
 def _values(group: Group, metric: str) -> list[float]:
