@@ -4,6 +4,7 @@ resumption after a killed worker, per-arm studies, and the pruned status of a re
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -467,9 +468,17 @@ def test_a_real_run_below_the_rung_ends_pruned_with_its_checkpoint(compose, tiny
 
 
 def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, capsys):
+    """attnlab-compare on a search (two arms of 3 trials): no arm statistics; each arm's trials
+    ranked by the metric with their drawn values, every trial in search_trials.csv and against
+    each searched parameter; importance not computed from 3 trials; --rerun-best 1 --seeds 3
+    writes per arm a grid over 3 seeds at its best trial's values, with the commands."""
     from attnlab.cli import compare
 
-    path = search_file(tmp_path, run_cap=3)
+    arms = {"arms": ["norm"]}
+    path = search_file(tmp_path, run_cap=3, **arms)
+    spec = yaml.safe_load(path.read_text())
+    spec["parameters"]["norm"] = {"values": ["pre", "post"]}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
     out = tmp_path / "out"
     done = _run([str(path), "--out", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
@@ -478,12 +487,31 @@ def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, caps
     report = tmp_path / "report"
     assert compare.main([str(moved), "--out", str(report)]) == 0
     printed = capsys.readouterr().out
-    assert "fake_search: 3 trials (3 completed); best trial" in printed
+    assert "fake_search/norm_pre: 3 trials (3 completed); best trial" in printed
+    assert "no arm statistics for a search" in printed and "diff vs" not in printed
     text = (report / "search.md").read_text()
+    assert "Parameter importance (Optuna): not computed: 3 completed trials (it needs 10)" in text
+    assert (report / "search_fake_search__norm_pre_history.png").exists()
+    assert (report / "search_val_nll.png").exists()
+    with open(report / "search_trials.csv") as f:
+        trials = list(csv.DictReader(f))
+    assert len(trials) == 6 and {t["arm"] for t in trials} == {"norm_pre", "norm_post"}
+    for arm in ("norm_pre", "norm_post"):  # ranked: the fake's nll is least at lr = 10^-2.5
+        mine = sorted((t for t in trials if t["arm"] == arm), key=lambda t: float(t["val/nll"]))
+        shown = [ln.split() for ln in printed.splitlines() if ln.startswith(arm + " ")]
+        assert [row[2] for row in shown] == [t["trial"] for t in mine]
     assert (
-        "Parameter importance (Optuna)" in text
-        and (report / "search_fake_search_history.png").exists()
+        compare.main([str(moved), "--out", str(report), "--rerun-best", "1", "--seeds", "3"]) == 0
     )
+    files = sorted((report / "rerun_best").glob("*.yaml"))
+    assert [f.name for f in files] == ["fake_search_rerun_norm_post_1.yaml",
+                                       "fake_search_rerun_norm_pre_1.yaml"]  # fmt: skip
+    rerun = yaml.safe_load(files[0].read_text())
+    best = min((t for t in trials if t["arm"] == "norm_post"), key=lambda t: float(t["val/nll"]))
+    assert rerun["method"] == "grid" and rerun["parameters"]["seed"] == {"values": [1, 2, 3]}
+    assert rerun["parameters"]["lr"] == {"value": pytest.approx(float(best["lr"]))}
+    assert rerun["parameters"]["norm"] == {"value": "post"}
+    assert f"attnlab-sweep {files[0]}" in capsys.readouterr().out
 
 
 def test_a_trial_claimed_on_another_host_without_its_lease_yet_is_not_stale():

@@ -108,10 +108,12 @@ def numeric_keys(runs: Sequence[Run], keys: Sequence[str]) -> list[str]:
 
 def choose_x_key(runs: Sequence[Run], keys: Sequence[str], requested: str | None) -> str | None:
     """The swept key to read as the x axis: `requested` (full or short name; ValueError naming
-    the numeric swept keys if it is not one of them), else scheduler.peak_lr when swept."""
+    the numeric swept keys if it is not one of them), else scheduler.peak_lr when some arm has
+    two rates of it or more."""
     numeric = numeric_keys(runs, keys)
-    if requested is None:
-        return DEFAULT_LR_KEY if DEFAULT_LR_KEY in numeric else None
+    if requested is None:  # a sweep only where some arm has two rates (not a search's reruns)
+        swept = DEFAULT_LR_KEY in numeric and _rates_per_arm(runs, keys, DEFAULT_LR_KEY) > 1
+        return DEFAULT_LR_KEY if swept else None
     names = short_names(keys)
     match = [k for k in numeric if requested in (k, names[k])]
     if len(match) != 1:
@@ -120,6 +122,15 @@ def choose_x_key(runs: Sequence[Run], keys: Sequence[str], requested: str | None
             + (", ".join(numeric) or "none (no numeric key differs between these runs)")
         )
     return match[0]
+
+
+def _rates_per_arm(runs: Sequence[Run], keys: Sequence[str], x_key: str) -> int:
+    """The most distinct values of x_key that one arm (the other keys' values) has."""
+    rates: dict[tuple, set] = {}
+    for r in runs:
+        arm = tuple(repr(r.config.get(k)) for k in keys if k != x_key)
+        rates.setdefault(arm, set()).add(r.config.get(x_key))
+    return max((len(v) for v in rates.values()), default=0)
 
 
 def cap_of(run: Run, metric: str, cap: float | None) -> float | None:

@@ -94,6 +94,12 @@ class CompareError(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from attnlab.sweeps.search_compare import is_search
+
+    if any(is_search(p) for p in args.paths):  # a search is read as a search
+        from attnlab.cli import compare_search
+
+        return compare_search.main(args, _out_dir)
     try:
         c = compare(args)
         if args.plan is not None:
@@ -219,6 +225,12 @@ def compare(args: argparse.Namespace) -> Comparison:
         available = sorted({m for r in runs for m in r.metrics} - {headline})
         tests = [m for m in available if any(fnmatch.fnmatchcase(m, p) for p in args.columns)]
     keys = args.group_by or differing_keys(runs, [*DEFAULT_IGNORE, *args.ignore])
+    hidden = [
+        k for k in differing_keys(runs, [*DEFAULT_IGNORE, *args.ignore]) if k not in keys
+    ]  # fmt: skip
+    if args.group_by and hidden:
+        print(f"warning: --group-by averages runs that differ in {', '.join(hidden)}, not only "
+              "in the seed: the groups' spread is not a seed spread")  # fmt: skip
     groups = group_runs(runs, keys)
     try:
         x_key = lr_sweep.choose_x_key(runs, keys, args.x)

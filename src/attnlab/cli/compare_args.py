@@ -57,8 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="output directory (default: the sweep's folder: the PATHs' common folder, above "
         "any trial's)",
     )
+    _add_search_arguments(p)
     _add_wandb_view_arguments(p)
     return p
+
+
+def _add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a search's folder (attnlab.sweeps.search_compare)."""
+    p.add_argument(
+        "--top", type=int, default=5, help="a search: the best trials shown per arm (default 5)"
+    )
+    p.add_argument(
+        "--rerun-best",
+        type=int,
+        metavar="K",
+        help="a search: write a sweep file per arm for each of its best K completed configs, "
+        "rerun over --seeds seeds, and print the commands that run and compare them",
+    )
+    p.add_argument(
+        "--seeds", type=int, default=5, help="--rerun-best: seeds per config (default 5)"
+    )
 
 
 def _add_statistics_arguments(p: argparse.ArgumentParser) -> None:

@@ -97,10 +97,17 @@ def _best(study):
     return sorted(completed, key=lambda t: t.value, reverse=reverse)[0]
 
 
+MIN_FOR_IMPORTANCE = 10  # completed trials; fewer make any importance a coin's toss
+
+
 def _importances(study) -> str:
     import warnings
 
     import optuna
+
+    done = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
+    if done < MIN_FOR_IMPORTANCE:
+        return f"not computed: {done} completed trials (it needs {MIN_FOR_IMPORTANCE})"
 
     try:
         with warnings.catch_warnings():  # "too few trials": said in the result instead
@@ -111,8 +118,9 @@ def _importances(study) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in found.items()) or "not computed: no parameter"
 
 
-def _plots(study, out: Path, slug: str) -> list[str]:
-    """The optimization history and the intermediate values (Optuna's matplotlib plots)."""
+def _plots(study, out: Path, slug: str, metric: str = "metric") -> list[str]:
+    """The optimization history and the intermediate values (Optuna's matplotlib plots, their
+    axes named: the metric, the trial, the validation)."""
     import warnings
 
     import matplotlib
@@ -132,6 +140,10 @@ def _plots(study, out: Path, slug: str) -> list[str]:
             ax = plot(study)
         except (ValueError, RuntimeError):
             continue
+        ax.set_ylabel(f"{metric} (validation)")
+        ax.set_xlabel("trial" if kind == "history" else "validation (the pruner's step)")
+        if kind == "intermediate":
+            ax.set_title(f"{metric} at each validation, every trial (pruned ones stop early)")
         path = out / f"search_{slug}_{kind}.png"
         ax.figure.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(ax.figure)
@@ -196,7 +208,7 @@ def _study_view(study, metric: str, out: Path, prefix: str) -> tuple[str, list[s
         "",
     ]
     slug = prefix + study.study_name.replace("/", "__")
-    md += [f"![{p}]({p})" for p in _plots(study, out, slug)] + [""]
+    md += [f"![{p}]({p})" for p in _plots(study, out, slug, metric)] + [""]
     return line, md
 
 
