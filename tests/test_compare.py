@@ -129,8 +129,12 @@ def test_metric_option_selects_the_headline(runs_dir, tmp_path, capsys):
 def test_group_by_and_no_results(runs_dir, tmp_path, capsys):
     assert compare.main([str(runs_dir), "--group-by", "model.n_heads"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "6 runs in 1 groups by model.n_heads" in lines[0]
-    assert lines[3].split()[:7] == ["4", "4", "completed,", "1", "diverged,", "1", "failed"]
+    assert lines[0] == (
+        "warning: --group-by averages runs that differ in model.pos_encoding, not only in the "
+        "seed: the groups' spread is not a seed spread"
+    )
+    assert "6 runs in 1 groups by model.n_heads" in lines[1]
+    assert lines[4].split()[:7] == ["4", "4", "completed,", "1", "diverged,", "1", "failed"]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert compare.main([str(empty)]) == 1

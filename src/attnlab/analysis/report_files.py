@@ -12,7 +12,7 @@ from attnlab.analysis.tables import text_table
 
 
 def statistics_title(metric: str, c, paired: bool) -> str:
-    arms = len(c.groups) - 1
+    arms = len(c.plan_groups) - 1  # the groups tested: an LR study's arms at their best rate
     test = "paired t-test over seeds" if paired else "Welch's t-test"
     label = group_label(c.baseline, short_names(c.keys))
     return (

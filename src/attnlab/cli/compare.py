@@ -198,7 +198,7 @@ class Comparison:
     @property
     def plan_groups(self) -> list:
         """The arms the planner sizes: the groups, or a sweep's arms at their best rate."""
-        return self.lr.best_groups if self.lr is not None else self.groups
+        return self.lr.best_groups if self.lr and not self.lr.descriptive else self.groups
 
     def budget_notes(self) -> list[str]:
         names = short_names(self.lr.arm_keys if self.lr else self.keys)
@@ -237,11 +237,18 @@ def compare(args: argparse.Namespace) -> Comparison:
         arm_keys = [k for k in keys if k != x_key] if x_key else keys
         from_file = sweep_file.spec_baseline(spec, arm_keys)
         lr = _lr_study(args, groups, keys, x_key, headline, from_file) if x_key else None
-        # a sweep's per-rate groups (in the files only) are tested against the first one
-        baseline = groups[0] if lr and groups else _baseline(groups, keys, args.baseline, from_file)
-        late = [g for g in (lr.best_groups if lr else groups) if _late(g)]
+        # an LR study's tables compare the arms at their best rates, never every rate's cell
+        ranked = lr is not None and not lr.descriptive
+        table_groups, table_keys = (lr.best_groups, lr.arm_keys) if ranked else (groups, keys)
+        if ranked:
+            baseline = lr.baseline
+        else:  # a diagnostic's per-rate groups are tested against the first one
+            baseline = (
+                groups[0] if lr and groups else _baseline(groups, keys, args.baseline, from_file)
+            )
+        late = [g for g in table_groups if _late(g)]
         statistics = {
-            m: report.statistics_table(groups, keys, m, baseline, args.paired, late)
+            m: report.statistics_table(table_groups, table_keys, m, baseline, args.paired, late)
             for m in [headline, *tests]
             if m
         }

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from attnlab.runs.status import Status
 from attnlab.sweeps import study as studies_
 from attnlab.sweeps.search import DEFAULT_DB, default_storage
 from attnlab.sweeps.search_report import SEARCH_FILE, _load, status_of
@@ -46,7 +47,7 @@ class SearchTrial:
 
     @property
     def completed(self) -> bool:
-        return self.status == "completed" and self.value is not None
+        return self.status == Status.COMPLETED and self.value is not None
 
 
 @dataclass
