@@ -411,15 +411,17 @@ def test_each_arm_is_a_study_with_its_own_cap_and_its_value_in_every_command(tmp
 # --- pruning inside a real run ----------------------------------------------------------------
 
 
-def _better_study(storage: str, min_resource: int):
-    """A study with a trial far better than any run at every step (0.0), recorded at each rung."""
+def _better_study(storage: str, min_resource: int, tell: bool = True):
+    """A study with a trial far better than any run at every step (0.0), recorded at each rung
+    (completed, unless tell=False)."""
     pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=3)
     study = optuna.create_study(storage=storage, study_name="s", pruner=pruner)
     better = study.ask()
     for step in range(6):
         better.report(0.0, step)
         assert not better.should_prune()  # (should_prune records it at each rung)
-    study.tell(better, 0.0)
+    if tell:
+        study.tell(better, 0.0)
     return study
 
 
@@ -465,6 +467,18 @@ def test_a_real_run_below_the_rung_ends_pruned_with_its_checkpoint(compose, tiny
     from attnlab.runs.status import exit_code
 
     assert exit_code([results["status"]]) == 0
+
+
+def test_no_trial_is_pruned_before_one_of_its_study_has_completed(compose, tiny_run, tmp_path,
+                                                                   monkeypatch):  # fmt: skip
+    """The same far better trial, but still running (not told): nothing in the study has
+    completed, so the run is never pruned and completes (every search has one trial run to its
+    end); told, it prunes the run (the test above)."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = _better_study(storage, min_resource=1, tell=False)
+    assert not study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    results = _linked_run(compose, tiny_run, tmp_path, monkeypatch, storage, min_resource=1)
+    assert results["status"] == "completed" and "pruned_at_validation" not in results["search"]
 
 
 def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, capsys):

@@ -79,7 +79,11 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
             )
             os._exit(EXIT_CODES[Status.INTERRUPTED])
         last = (self.link.pruner or {}).get("last_step")
-        return (last is None or step <= last) and self._trial.should_prune()
+        if last is not None and step > last:
+            return False
+        # Until a trial of the study has completed, none is pruned: every search has at least
+        # one trial run to its end (the reference the others are judged against).
+        return _any_completed(self._trial.study) and self._trial.should_prune()
 
     def state_dict(self) -> dict:
         return {"validations": self.validations}
@@ -103,3 +107,9 @@ def sweep_pruning() -> list[L.Callback]:
     """[SweepPruning] when attnlab-sweep started this run as a searched trial, else []."""
     link = TrialLink.from_environment()
     return [SweepPruning(link)] if link is not None else []
+
+
+def _any_completed(study) -> bool:
+    from optuna.trial import TrialState
+
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
