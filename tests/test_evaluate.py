@@ -290,3 +290,31 @@ def test_a_decoder_only_model_translates_pairs_as_one_sequence(tmp_path, capsys)
     assert results["bleu"] == pytest.approx(metrics["test/bleu"], abs=0.01)
     assert results["chrf"] == pytest.approx(metrics["test/chrf"], abs=0.01)
     assert results["perplexity"] == pytest.approx(metrics["test/perplexity"], rel=1e-3)
+
+
+def test_an_interrupted_evaluation_exits_4_in_one_line_and_writes_nothing(run, capsys, tmp_path,
+                                                                         monkeypatch):  # fmt: skip
+    """Ctrl-C, or SIGTERM (raised as Ctrl-C), while attnlab-eval averages or decodes: exit 4,
+    one line, no file; an earlier evaluation's files stand, and files are replaced whole."""
+    import signal
+
+    from attnlab.cli import eval as eval_cli
+    from attnlab.runs.record import write_atomic
+
+    def sigterm(cfg):
+        os.kill(os.getpid(), signal.SIGTERM)  # what a scheduler's preemption sends
+        raise AssertionError("SIGTERM did not stop the evaluation")
+
+    monkeypatch.setattr(eval_cli, "evaluate", sigterm)
+    out = tmp_path / "eval" / "interrupted"
+    with pytest.raises(SystemExit) as stopped:
+        main([f"ckpt={run['run_dir'] / 'checkpoints' / 'last.ckpt'}", f"out={out}"])
+    assert stopped.value.code == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted; nothing of this evaluation was written" in err[0]
+    assert not (tmp_path / "eval").exists()
+    assert signal.getsignal(signal.SIGTERM) is not sigterm  # the handler is put back
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text("{}\n")
+    write_atomic(earlier, '{"bleu": 1}\n')
+    assert earlier.read_text() == '{"bleu": 1}\n' and not list(tmp_path.glob("*.tmp"))

@@ -46,6 +46,8 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from attnlab import programs
 from attnlab.evaluation.checkpoints import EvalError, checkpoint_paths, find_run_dir
+from attnlab.runs.record import write_atomic
+from attnlab.runs.status import EXIT_CODES, Status
 
 USAGE = __doc__
 
@@ -236,7 +238,7 @@ def _score(model, tokenizer, dataset, refs, cfg: EvalConfig, device, hparams) ->
 def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started: float) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     hyp_path, json_path = out.with_name(out.name + ".hyp"), out.with_name(out.name + ".json")
-    hyp_path.write_text("\n".join(scores["hyps"]) + "\n", encoding="utf-8")
+    write_atomic(hyp_path, "\n".join(scores["hyps"]) + "\n")
     results = {
         "bleu": round(scores["bleu"], 2),
         "chrf": round(scores["chrf"], 2),
@@ -253,7 +255,7 @@ def _write(out: Path, scores: dict, cfg: EvalConfig, src_path, ref_path, started
         "json": str(json_path),
         "wall_time_s": round(time.perf_counter() - started, 2),
     }
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    write_atomic(json_path, json.dumps(results, indent=2) + "\n")
     return results
 
 
@@ -282,10 +284,14 @@ def main(argv: list[str] | None = None) -> None:
         note = _averaging_line(cfg)
         if note:
             print(note)
-        results = evaluate(cfg)
+        results = _interruptible(evaluate, cfg)
     except EvalError as err:
         print(f"{programs.EVAL}: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: its files are written whole or not at all
+        print(f"{programs.EVAL}: interrupted; nothing of this evaluation was written (earlier "
+              "results stand): the same command starts it again", file=sys.stderr)  # fmt: skip
+        sys.exit(EXIT_CODES[Status.INTERRUPTED])
     if "extrapolation" in results:
         _print_lengths(results, cfg)
         return
@@ -296,6 +302,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"results: {results['json']}")
     print(f"hypotheses: {results['hypotheses']}")
+
+
+def _interruptible(fn, *args):
+    """fn(*args) with SIGTERM raised as KeyboardInterrupt, as Ctrl-C is."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return fn(*args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_lengths(record: dict, cfg: EvalConfig) -> None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from attnlab.evaluation.checkpoints import EvalError, device_of, run_datamodule
+from attnlab.runs.record import write_atomic
 
 
 def is_length_task(run_dir: Path) -> bool:
@@ -86,5 +87,5 @@ def evaluate_checkpoint_lengths(model, hparams: dict, run_dir: Path, cfg, starte
         "wall_time_s": round(time.perf_counter() - started, 2),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    Path(record["json"]).write_text(json.dumps(record, indent=2) + "\n")
+    write_atomic(record["json"], json.dumps(record, indent=2) + "\n")
     return record

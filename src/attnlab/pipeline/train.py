@@ -22,7 +22,7 @@ from attnlab.pipeline.build import Built, attach, build
 from attnlab.runs.checkpoints import find_resume_checkpoint, has_step, link_same_steps
 from attnlab.runs.console import say
 from attnlab.runs.dotted import flatten
-from attnlab.runs.guard import RunState, run_guard
+from attnlab.runs.guard import RunState, deferred_interrupts, run_guard
 from attnlab.runs.identity import RunConfigChanged, config_drift
 from attnlab.runs.record import RunRecord, ablation_config, run_name
 from attnlab.runs.startup import resume_collector
@@ -271,21 +271,29 @@ def _has_test_split(datamodule) -> bool:
 
 
 def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float]) -> dict:
-    """results.json with the final status and metrics; W&B summary; one line of output."""
-    results = {"metrics": metrics, "steps": built.trainer.global_step}
-    for callback in built.trainer.callbacks:  # e.g. "extrapolation" (training/extrapolation.py)
-        results.update(getattr(callback, "results_record", dict)())
-    results["wall_time_s"] = state.wall_time()
-    if getattr(built.module, "nll_init", None) is not None:
-        results["nll_init"] = float(built.module.nll_init)
-    if status == Status.DIVERGED:
-        results["diverged_step"] = built.module.diverged_step
+    """results.json with the final status and metrics; W&B summary; one line of output. A
+    Ctrl-C or SIGTERM while the record is gathered is deferred: the record is written whole,
+    every metric in it, as "interrupted" (the same command then finishes the run)."""
+    with deferred_interrupts() as caught:
+        results = {"metrics": metrics, "steps": built.trainer.global_step}
+        for callback in built.trainer.callbacks:  # e.g. "extrapolation" (extrapolation.py)
+            results.update(getattr(callback, "results_record", dict)())
+        results["wall_time_s"] = state.wall_time()
+        if getattr(built.module, "nll_init", None) is not None:
+            results["nll_init"] = float(built.module.nll_init)
+        if status == Status.DIVERGED:
+            results["diverged_step"] = built.module.diverged_step
+        if caught and status in (Status.COMPLETED, Status.PRUNED, Status.DEBUG):
+            status = Status.INTERRUPTED
+        if state.is_rank_zero:
+            results = state.record.write(status, **results)
+            finish_wandb(built.loggers, results)
+            for logger in built.loggers:  # TensorBoard's HParams tab: the headline metrics
+                if hasattr(logger, "record_hparams"):
+                    logger.record_hparams(
+                        {k: v for k, v in metrics.items() if k.startswith(HPARAMS)}
+                    )
     if state.is_rank_zero:
-        results = state.record.write(status, **results)
-        finish_wandb(built.loggers, results)
-        for logger in built.loggers:  # TensorBoard's HParams tab: the headline metrics
-            if hasattr(logger, "record_hparams"):
-                logger.record_hparams({k: v for k, v in metrics.items() if k.startswith(HPARAMS)})
         say(f"{status}: {_summary(metrics)}; results in {state.record.path}")
         if status == Status.INTERRUPTED:
             say(

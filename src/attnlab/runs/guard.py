@@ -50,3 +50,24 @@ def run_guard(state: RunState):
             )
             finish_wandb(state.loggers, results)
         raise
+
+
+@contextmanager
+def deferred_interrupts():
+    """Inside the block, SIGINT and SIGTERM are remembered, not acted on: the final record is
+    written whole. Yields the list of signals that arrived (empty when none), so the caller
+    records the run as interrupted. Outside the main thread, signals are left alone."""
+    import signal
+
+    caught: list[int] = []
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[signum] = signal.signal(signum, lambda s, _frame: caught.append(s))
+        except ValueError:  # not the main thread
+            break
+    try:
+        yield caught
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

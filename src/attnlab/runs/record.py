@@ -104,6 +104,15 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
+def write_atomic(path: str | Path, text: str) -> None:
+    """`text` into `path` whole or not at all (a temporary file beside it, then os.replace): an
+    interrupt never leaves half a file where an earlier one stood."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _json_number(value: Any) -> Any:
     """Tensors to floats; NaN / inf to None (JSON has no such numbers)."""
     if hasattr(value, "item"):
