@@ -260,3 +260,30 @@ def test_lr_width_is_section_2s_protocol_at_each_width_on_one_grid():
             REPO / "conf", [*overrides, f"model.d_model={d_model}", "paths.run_dir=run"]
         )
         assert (cfg.model.d_ff, cfg.model.n_heads) == (4 * d_model, 4)
+
+
+def test_arch_matched_copy_arms_have_the_same_size_and_protocol():
+    """sweeps/arch_matched_copy.yaml: the encoder-decoder and the decoder-only model hold the
+    same number of parameters (within 5%; built as a run builds them, on the copy task's
+    vocabulary), and differ in nothing else that trains but the model preset."""
+    from attnlab.pipeline.build import build
+
+    arms = _arms("arch_matched_copy")
+    sizes = {}
+    for model, rate in arms:
+        trial = [f"{k}={v}" for k, v in (("model", model), ("scheduler.peak_lr", rate))]
+        cfg = compose_config(REPO / "conf", ["experiment=length_extrapolation", *trial,
+                                             "paths.run_dir=run"])  # fmt: skip
+        built = build(cfg, dry=True)
+        sizes[model] = sum(p.numel() for p in built.module.model.parameters())
+    assert sizes["small"] == pytest.approx(sizes["small_decoder_only"], rel=0.05), sizes
+    rest = [
+        {
+            k: v
+            for k, v in flat.items()
+            if not k.startswith(("model.", "data.arch")) and not PLUMBING.match(k)
+        }
+        for (_m, rate), flat in arms.items()
+        if rate == 1.0e-3
+    ]
+    assert len(rest) == 2 and rest[0] == rest[1]
