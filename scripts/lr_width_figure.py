@@ -1,0 +1,211 @@
+#!/usr/bin/env python
+"""Section 2 across width (Wortsman et al.'s Figure 1 at CPU scale): each arm's LR sensitivity
+and basin width against d_model, from the runs of sweeps/lr_width*.yaml.
+
+Reads a runs.csv (attnlab-compare over the width folders writes one; docs/results/lr_width.csv)
+whose rows carry model.d_model and the arm keys (model.norm_position, scheduler.warmup_steps,
+model.qk_norm) and scheduler.peak_lr, and computes per width and arm, with attnlab's own LR
+report (attnlab.analysis.lr_sensitivity): the sensitivity per seed on the whole grid and on the
+grid up to --upto (default 3e-2, the range below the first stall in section 2), as the mean with a
+95% t interval, and the basin (rates within --tol of the arm's best). Prints one table, draws
+one figure (sensitivity on both ranges, and the basin, against d_model, an arm a line), and says
+where an arm's grid did not reach its divergence (a lower bound).
+
+    attnlab-compare outputs/sweeps/lr_width/d* --metric val/nll --out /tmp/lr_width  # runs.csv
+    python scripts/lr_width_figure.py /tmp/lr_width/runs.csv \
+        --plot docs/img/reproduction/lr_width.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnlab.analysis import lr_sensitivity as ls
+from attnlab.analysis import lr_sweep
+from attnlab.analysis.groups import group_label, group_runs, short_names
+from attnlab.analysis.run_table import read_runs_csv
+from attnlab.analysis.tables import fmt_number, text_table
+
+ARM_KEYS = ["model.norm_position", "scheduler.warmup_steps", "model.qk_norm"]
+RATE, WIDTH, METRIC = "scheduler.peak_lr", "model.d_model", "val/nll"
+
+
+def readings(runs, upto: float, tol: float) -> dict:
+    """{(arm label, width): (grid Reading, range Reading, reaches divergence)}."""
+    keys = [*ARM_KEYS, RATE]
+    found = {}
+    for width in sorted({r.config.get(WIDTH) for r in runs}):
+        mine = [r for r in runs if r.config.get(WIDTH) == width]
+        arms = lr_sweep.arms(group_runs(mine, keys), keys, RATE, METRIC, None)
+        upto_range = ls.Range(0.0, upto, f"rates up to {upto:g}")
+        best = ls.best_of_all(arms, False)
+        best_part = ls.best_of_all(arms, False, upto_range)
+        names = short_names(ARM_KEYS)
+        for arm in arms:
+            label = group_label(type("G", (), {"values": arm.values})(), names)
+            found[label, width] = (
+                ls.read(arm, False, tol, best),
+                ls.read(arm, False, tol, best_part, upto_range),
+                ls.reaches_divergence(arm),
+            )
+    return found
+
+
+def _cell(reading, attr: str = "sensitivity_summary") -> str:
+    if reading is None:
+        return ""
+    s = getattr(reading, attr)
+    ci = f" [{fmt_number(s.ci[0])}, {fmt_number(s.ci[1])}]" if s.ci else ""
+    return f"{fmt_number(s.mean)}{ci} (n={s.n})"
+
+
+def table(found: dict, upto: float) -> list[list[str]]:
+    rows = [["arm", "d_model", "sensitivity, grid", f"sensitivity, up to {upto:g}",
+             "basin rates (grid, mean curve)", "flag"]]  # fmt: skip
+    for (label, width), (grid, part, diverges) in sorted(found.items()):
+        basin = f"{grid.mean_basin} ({grid.mean_basin_decades:.2g} decades)" if grid else ""
+        flag = "" if diverges else ls.LOWER_BOUND
+        rows.append([label, str(width), _cell(grid), _cell(part), basin, flag])
+    return rows
+
+
+def contrast(groups: list[list[float]], signs: list[int]) -> tuple[float, tuple, float] | None:
+    """sum(sign * mean) over independent groups, its 95% interval (Welch-Satterthwaite df) and
+    two-sided p; None where a group has fewer than 2 values."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    if any(len(g) < 2 for g in groups):
+        return None
+    value = sum(s * statistics.fmean(g) for g, s in zip(groups, signs, strict=True))
+    parts = [statistics.variance(g) / len(g) for g in groups]
+    se = math.sqrt(sum(parts))
+    if se == 0:
+        return value, (value, value), float("nan")
+    df = sum(parts) ** 2 / sum(p**2 / (len(g) - 1) for p, g in zip(parts, groups, strict=True))
+    half = float(stats.t.ppf(0.975, df)) * se
+    return value, (value - half, value + half), float(2 * stats.t.sf(abs(value) / se, df))
+
+
+def gaps(found: dict, reference: str, upto: float) -> list[list[str]]:
+    """Each arm's sensitivity minus the reference arm's, per width, and how that gap changes
+    from the narrowest width to the widest (the interaction), with 95% intervals."""
+    widths = sorted({w for _, w in found})
+    rows = [["arm - " + reference, "range", *[f"gap at d_model {w}" for w in widths],
+             f"gap change {widths[0]} -> {widths[-1]}", "p"]]  # fmt: skip
+    for arm in sorted({a for a, _ in found} - {reference}):
+        for index, name in ((0, "grid"), (1, f"up to {upto:g}")):
+            cells, per_width = [], {}
+            for w in widths:
+                mine, ref = found.get((arm, w)), found.get((reference, w))
+                if not (mine and ref and mine[index] and ref[index]):
+                    cells.append("")
+                    continue
+                a, r = list(mine[index].sensitivity.values()), list(ref[index].sensitivity.values())
+                per_width[w] = (a, r)
+                c = contrast([a, r], [1, -1])
+                cells.append("" if c is None else f"{c[0]:.3g} [{c[1][0]:.3g}, {c[1][1]:.3g}]")
+            change = None
+            if widths[0] in per_width and widths[-1] in per_width and len(widths) > 1:
+                (a0, r0), (a1, r1) = per_width[widths[0]], per_width[widths[-1]]
+                change = contrast([a1, r1, a0, r0], [1, -1, -1, 1])
+            shown = (
+                ""
+                if change is None
+                else f"{change[0]:.3g} [{change[1][0]:.3g}, {change[1][1]:.3g}]"
+            )
+            p = "" if change is None else f"{change[2]:.2g}"
+            rows.append([arm, name, *cells, shown, p])
+    return rows
+
+
+def plot(found: dict, upto: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = sorted({label for label, _ in found})
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    panels = (
+        ("grid", 0, "LR sensitivity, whole grid"),
+        ("part", 1, f"LR sensitivity, rates <= {upto:g}"),
+        ("basin", 0, "basin: rates within tol of the arm's best"),
+    )
+    for ax, (kind, index, title) in zip(axes, panels, strict=True):
+        for i, arm in enumerate(arms):
+            widths = sorted(w for a, w in found if a == arm)
+            xs, ys, lo, hi, open_ = [], [], [], [], []
+            for w in widths:
+                grid, part, diverges = found[arm, w]
+                reading = (grid, part)[index]
+                if reading is None:
+                    continue
+                if kind == "basin":
+                    s = reading.basin_summary
+                else:
+                    s = reading.sensitivity_summary
+                xs.append(w)
+                ys.append(s.mean)
+                ci = s.ci or (s.mean, s.mean)
+                lo.append(s.mean - ci[0])
+                hi.append(ci[1] - s.mean)
+                open_.append(not diverges)
+            if not xs:
+                continue
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt="-o", color=f"C{i}", capsize=3, label=arm)
+            bounds = [(x, y) for x, y, o in zip(xs, ys, open_, strict=True) if o]
+            if bounds:  # the grid did not reach the arm's divergence: a lower bound
+                ax.scatter(*zip(*bounds, strict=True), marker="^", s=70, facecolors="none",
+                           edgecolors=f"C{i}", zorder=4)  # fmt: skip
+        ax.set_xscale("log", base=2)
+        widths_all = sorted({w for _, w in found})
+        ax.set_xticks(widths_all, [str(w) for w in widths_all])
+        ax.minorticks_off()
+        ax.set_xlabel("d_model (depth 6+6, 4 heads, d_ff 4 d_model)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel(f"{METRIC} excess (mean over seeds, 95% t interval)")
+    axes[2].set_ylabel("rates (mean over seeds)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("LR sensitivity against width (open triangle: a lower bound, the grid does not "
+                 "reach that arm's divergence)", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"-> {path}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs_csv", type=Path)
+    parser.add_argument("--upto", type=float, default=3e-2)
+    parser.add_argument("--tol", type=float, default=ls.DEFAULT_TOL)
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args()
+    try:
+        runs = read_runs_csv(args.runs_csv)
+    except (OSError, ValueError) as err:
+        print(f"lr_width_figure.py: error: {err}", file=sys.stderr)
+        return 2
+    if not runs or any(WIDTH not in r.config for r in runs):
+        print(f"lr_width_figure.py: error: {args.runs_csv} has no {WIDTH} column; compare the "
+              "width folders together (attnlab-compare outputs/sweeps/lr_width/d*)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    found = readings(runs, args.upto, args.tol)
+    print(text_table(table(found, args.upto)))
+    reference = "norm_position=pre, warmup_steps=300, qk_norm=true"  # Wortsman et al.'s flat arm
+    if any(a == reference for a, _ in found):
+        print(f"\neach arm's sensitivity minus {reference}'s (per seed, Welch intervals):")
+        print(text_table(gaps(found, reference, args.upto)))
+    if args.plot:
+        plot(found, args.upto, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
