@@ -56,7 +56,8 @@ def test_every_model_option_builds(compose, option):
     cfg = compose([f"model={option}"])
     dry_build(cfg)
     tc = model_config(cfg.model, vocab_size=100, pad_id=0)
-    assert tc.arch == ("decoder_only" if option.startswith("lm") else "encoder_decoder")
+    decoder_only = option.startswith("lm") or option.endswith("decoder_only")
+    assert tc.arch == ("decoder_only" if decoder_only else "encoder_decoder")
     if tc.d_model <= 512:  # the big model (213M parameters) is only validated
         assert Transformer(tc).num_parameters() > 0
 
