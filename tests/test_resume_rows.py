@@ -4,9 +4,9 @@ come from tests/fixtures/interrupts.py at exact points: Ctrl-C off the logging g
 validation step, a SIGKILL in the middle of a validation, and Ctrl-C in a sweep's trial.
 Ctrl-C at any stage (the sanity check, a training step, a validation, the final test pass,
 while a checkpoint is written, while the final record is written) or SIGTERM (a validation,
-the test pass) ends the run "interrupted" (exit 4) and the same command finishes it with every metric of an
-uninterrupted run in results.json (issue 49: a Ctrl-C in the test pass exited 1 with no
-metrics, and the rerun recorded the test metrics alone)."""
+the test pass) ends the run "interrupted" (exit 4) and the same command finishes it with every
+metric of an uninterrupted run in results.json (issue 49: a Ctrl-C in the test pass exited 1
+with no metrics, and the rerun recorded the test metrics alone)."""
 
 from __future__ import annotations
 
