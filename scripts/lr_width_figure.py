@@ -185,6 +185,11 @@ def main() -> int:
     parser.add_argument("--upto", type=float, default=3e-2)
     parser.add_argument("--tol", type=float, default=ls.DEFAULT_TOL)
     parser.add_argument("--plot", type=Path)
+    parser.add_argument(
+        "--max-rate", type=float,
+        help="only rates up to this one: one grid for every width (widths run from different "
+        "grids compare only on the rates they share)",
+    )  # fmt: skip
     args = parser.parse_args()
     try:
         runs = read_runs_csv(args.runs_csv)
@@ -196,6 +201,8 @@ def main() -> int:
               "width folders together (attnlab-compare outputs/sweeps/lr_width/d*)",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.max_rate is not None:
+        runs = [r for r in runs if float(r.config.get(RATE, 0)) <= args.max_rate * (1 + 1e-9)]
     found = readings(runs, args.upto, args.tol)
     print(text_table(table(found, args.upto)))
     reference = "norm_position=pre, warmup_steps=300, qk_norm=true"  # Wortsman et al.'s flat arm
