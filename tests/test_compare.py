@@ -299,8 +299,8 @@ def test_a_multiruns_baseline_is_the_first_value_typed(runs_dir, capsys):
     """`-m model.pos_encoding=rope,alibi`: Hydra's multirun.yaml keeps the order typed, and the
     baseline is rope (typed first), not alibi (first in sort order); without it, alibi."""
     assert compare.main([str(runs_dir), "--out", str(runs_dir / "a")]) == 0
-    assert "diff vs pos_encoding=alibi" in capsys.readouterr().out
+    assert "against pos_encoding=alibi:" in capsys.readouterr().out
     task = ["debug=tiny", "model.pos_encoding=rope,alibi", "seed=1,2,3"]
     (runs_dir / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": task}}}))
     assert compare.main([str(runs_dir), "--out", str(runs_dir / "b")]) == 0
-    assert "diff vs pos_encoding=rope" in capsys.readouterr().out
+    assert "against pos_encoding=rope:" in capsys.readouterr().out

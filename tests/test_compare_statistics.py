@@ -138,8 +138,9 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
     assert compare.main(argv) == 0
     printed = capsys.readouterr().out
     assert "against n_heads=8" in printed and "Holm's correction across 2 arms" in printed
-    assert "no difference detected; this n would miss differences under 2." in printed
+    assert "not detected, MDD 2." in printed  # the console's short verdict
     assert "lower (p<0.001)" in printed  # h = 16 is 8 BLEU below
+    assert max(len(line) for line in printed.splitlines() if "[" in line) <= 120
     with open(out / "comparison.csv", newline="") as f:
         rows = {r["model.n_heads"]: r for r in csv.DictReader(f)}
     assert rows["8"]["test/bleu_p"] == "" and rows["8"]["test/bleu_verdict"] == ""

@@ -502,7 +502,7 @@ def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, caps
     assert compare.main([str(moved), "--out", str(report)]) == 0
     printed = capsys.readouterr().out
     assert "fake_search/norm_pre: 3 trials (3 completed); best trial" in printed
-    assert "no arm statistics for a search" in printed and "diff vs" not in printed
+    assert "no arm statistics for a search" in printed and "Welch" not in printed
     text = (report / "search.md").read_text()
     assert "Parameter importance (Optuna): not computed: 3 completed trials (it needs 10)" in text
     assert (report / "search_fake_search__norm_pre_history.png").exists()

@@ -174,7 +174,12 @@ class LRStudy:
         ]
         headings = self.headings()
         for key, rows in self.tables().items():
-            parts += ["", headings[key] + ":", text_table(rows)]
+            note = None
+            if key == "lr best":  # comparison.md has the whole table
+                from attnlab.analysis.report import console_statistics
+
+                rows, note = console_statistics(rows)
+            parts += ["", headings[key] + ":", text_table(rows)] + ([note] if note else [])
         return "\n".join(parts)
 
 

@@ -212,6 +212,35 @@ def statistics_table(
 
 
 LATE = "(†)"  # marks a row whose arm (or baseline) was still improving at the end
+_SHORT = (
+    ("no difference detected; this n would miss differences under ", "not detected, MDD "),
+    ("no difference detected; one arm has no spread, and an exact test at this n cannot go "
+     "below p=", "not detected (exact test; its floor: p="),
+    ("no difference detected (no spread between seeds)", "no spread, no test"),
+    (" in every seed (no spread between seeds: no test)", " in every seed (no test)"),
+)  # fmt: skip
+
+
+def console_statistics(rows: list[list[str]]) -> tuple[list[list[str]], str | None]:
+    """A statistics table narrowed for the console (comparison.md keeps the whole one): mean and
+    difference with their intervals in one cell each, Holm's p, a short verdict; and the budget
+    note to print once below it (None when no row is marked)."""
+    header, body = rows[0], rows[1:]
+    i = header.index("n")
+    keys = header[:i]
+    out = [[*keys, "n", "mean [95% CI]", "diff [95% CI]", "p (Holm)", "verdict"]]
+    for row in body:
+        mean = f"{row[i + 1]} {row[i + 3]}".strip()
+        diff = row[i + 4] if row[i + 4] == "baseline" else f"{row[i + 4]} {row[i + 5]}".strip()
+        verdict = row[-1]
+        for long, short in _SHORT:
+            verdict = verdict.replace(long, short)
+        exact = " (exact)" if row[i + 6].endswith("(exact)") else ""
+        out.append([*row[:i], row[i], mean, diff, (row[i + 7] + exact).strip(), verdict])
+    marked = any(LATE in row[-1] for row in body)
+    from attnlab.analysis.budget import NOTE
+
+    return out, (f"{LATE} {NOTE}" if marked else None)
 
 
 def _values(group: Group, metric: str) -> list[float]:
