@@ -29,21 +29,38 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-# section -> (the commit of its runs, its sweep file, the trial run): REPRODUCTION.md's status
-# table; 1a and 1b are extrapolation.yaml's ALiBi arms, decoder-only and encoder-decoder, seed 1
+# section -> (the commit of its runs, its sweep file, the trials run): REPRODUCTION.md's status
+# table. 1a and 1b are extrapolation.yaml's ALiBi arms, decoder-only and encoder-decoder; 2 runs
+# Post-LN without warmup at 3e-4 and Pre-LN with warmup and qk-layernorm at 1e-2; 2g both arms of
+# the gradient-norm sweep. A sweep file written after its runs' commit (heads_lr.yaml) is read
+# from HEAD for both.
 SECTIONS = {
-    "1a": ("fc6d2b8", "extrapolation", 24),
-    "1b": ("fc6d2b8", "extrapolation", 9),
-    "1d": ("c34cdac", "alibi_shape", 0),
-    "2": ("e340b5b", "lr_sensitivity", 0),
-    "3a": ("2a8a97a", "heads", 0),
-    "3c": ("a62cc91", "heads_best", 0),
-    "4": ("27d35e2", "label_smoothing", 0),
-    "6": ("daea834", "classic_bugs", 0),
+    "1a": ("fc6d2b8", "extrapolation", (24,)),
+    "1b": ("fc6d2b8", "extrapolation", (9,)),
+    "1d": ("c34cdac", "alibi_shape", (0,)),
+    "2": ("e340b5b", "lr_sensitivity", (0, 52)),
+    "2g": ("519fda4", "grad_norms_init", (0, 1)),
+    "3a": ("2a8a97a", "heads", (0,)),
+    "3a-lr": ("2a8a97a", "heads_lr", (0,)),
+    "3c": ("a62cc91", "heads_best", (0,)),
+    "4": ("27d35e2", "label_smoothing", (0,)),
+    "6a": ("daea834", "classic_bugs", (0,)),
+    "6b": ("daea834", "attn_scale", (0,)),
 }
-MULTI30K = {"3a", "3c", "4"}  # need data.root
+MULTI30K = {"3a", "3a-lr", "3c", "4"}  # need data.root
 IGNORED = ("tokens_per_sec", "time/", "elapsed")
-LABEL = ("experiment", "model", "model.pos_encoding", "model.n_heads", "seed")
+LABEL = (
+    "experiment",
+    "model",
+    "model.pos_encoding",
+    "model.n_heads",
+    "model.norm_position",
+    "model.qk_norm",
+    "scheduler.peak_lr",
+    "loss.label_smoothing",
+    "model.attn_scale",
+    "seed",
+)
 
 
 def trial_overrides(commit: str, sweep: str, index: int) -> list[str]:
@@ -52,10 +69,15 @@ def trial_overrides(commit: str, sweep: str, index: int) -> list[str]:
     from attnlab.sweeps import expand_sweep
     from attnlab.sweeps.spec import override_key
 
-    text = subprocess.run(
-        ["git", "show", f"{commit}:sweeps/{sweep}.yaml"],
-        cwd=REPO, check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+    shown = subprocess.run(
+        ["git", "show", f"{commit}:sweeps/{sweep}.yaml"], cwd=REPO, capture_output=True, text=True
+    )
+    if shown.returncode != 0:  # written after its runs' commit: HEAD's file
+        shown = subprocess.run(
+            ["git", "show", f"HEAD:sweeps/{sweep}.yaml"],
+            cwd=REPO, check=True, capture_output=True, text=True,
+        )  # fmt: skip
+    text = shown.stdout
     trial = expand_sweep(yaml.safe_load(text))[index]
     return [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
 
@@ -121,29 +143,28 @@ def main() -> int:
         print(f"provenance.py: unknown section {unknown[0]!r}; expected one of: "
               + ", ".join(SECTIONS), file=sys.stderr)  # fmt: skip
         return 2
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
     short = [f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={args.steps}"]
     short += ["trainer.limit_test_batches=2", "trainer.limit_val_batches=4"]
-    print(f"| section | commit | run | {args.steps}-step run at the commit and at HEAD ({head}) |")
+    print(f"| section | commit | run | {args.steps}-step run at the commit and at HEAD |")
     print("| --- | --- | --- | --- |")
     failed = 0
     for section in chosen:
-        commit, sweep, index = SECTIONS[section]
+        commit, sweep, indices = SECTIONS[section]
         data = [f"data.root={Path(args.data_root).resolve()}"] if section in MULTI30K else []
-        overrides = trial_overrides(commit, sweep, index) + short + data
-        now = trial_overrides("HEAD", sweep, index) + short + data
-        try:
-            old = run(worktree(commit, args.out), overrides, args.out / f"{section}-{commit}")
-            new = run(REPO, now, args.out / f"{section}-HEAD")
-            verdict, n = compare(old, new)
-            verdict = f"{verdict} ({n} metrics)"
-        except (RuntimeError, subprocess.CalledProcessError) as err:
-            verdict, failed = f"not compared: {err}", failed + 1
-        label = " ".join(o for o in overrides if o.split("=")[0] in LABEL)
-        print(
-            f"| {section} | {commit} | `{sweep}` trial {index} ({label}) | {verdict} |", flush=True
-        )
+        for index in indices:
+            overrides = trial_overrides(commit, sweep, index) + short + data
+            now = trial_overrides("HEAD", sweep, index) + short + data
+            where = f"{section}-{index}"
+            try:
+                old = run(worktree(commit, args.out), overrides, args.out / f"{where}-{commit}")
+                new = run(REPO, now, args.out / f"{where}-HEAD")
+                verdict, n = compare(old, new)
+                verdict = f"{verdict} ({n} metrics; HEAD {str(new.get('git_commit'))[:7]})"
+            except (RuntimeError, subprocess.CalledProcessError) as err:
+                verdict, failed = f"not compared: {err}", failed + 1
+            label = " ".join(o for o in overrides if o.split("=")[0] in LABEL)
+            print(f"| {section} | {commit} | `{sweep}` trial {index} ({label}) | {verdict} |",
+                  flush=True)  # fmt: skip
     return 1 if failed else 0
 
 

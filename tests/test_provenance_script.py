@@ -33,7 +33,8 @@ def test_identical_runs_and_the_largest_difference(script):
 
 
 def test_every_section_names_a_sweep_file(script):
-    for commit, sweep, _ in script.SECTIONS.values():
+    for commit, sweep, indices in script.SECTIONS.values():
+        assert indices
         assert (REPO / "sweeps" / f"{sweep}.yaml").is_file(), sweep
         assert len(commit) >= 7
 
@@ -42,5 +43,5 @@ def test_an_unknown_section_is_one_line_and_exit_2(script, capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["provenance.py", "--sections", "9z"])
     assert script.main() == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("provenance.py: unknown section '9z'; expected one of: 1a, 1b")
+    assert err.startswith("provenance.py: unknown section '9z'; expected one of: 1a, 1b, 1d, 2,")
     assert len(err.splitlines()) == 1
