@@ -84,7 +84,8 @@ def trial_overrides(commit: str, sweep: str, index: int) -> list[str]:
 
 def worktree(commit: str, root: Path) -> Path:
     path = root / f"tree-{commit}"
-    if not path.exists():
+    if not path.exists():  # a worktree whose folder was deleted is still registered: prune it
+        subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=True, capture_output=True)
         subprocess.run(
             ["git", "worktree", "add", "--detach", str(path), commit],
             cwd=REPO, check=True, capture_output=True,
