@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 # table. 1a and 1b are extrapolation.yaml's ALiBi arms, decoder-only and encoder-decoder; 2 runs
 # Post-LN without warmup at 3e-4 and Pre-LN with warmup and qk-layernorm at 1e-2; 2g both arms of
 # the gradient-norm sweep. A sweep file written after its runs' commit (heads_lr.yaml) is read
-# from HEAD for both.
+# as first committed for the commit's run.
 SECTIONS = {
     "1a": ("fc6d2b8", "extrapolation", (24,)),
     "1b": ("fc6d2b8", "extrapolation", (9,)),
@@ -72,9 +72,13 @@ def trial_overrides(commit: str, sweep: str, index: int) -> list[str]:
     shown = subprocess.run(
         ["git", "show", f"{commit}:sweeps/{sweep}.yaml"], cwd=REPO, capture_output=True, text=True
     )
-    if shown.returncode != 0:  # written after its runs' commit: HEAD's file
+    if shown.returncode != 0:  # written after its runs' commit: the file as first committed
+        first = subprocess.run(
+            ["git", "log", "--diff-filter=A", "--format=%h", "--", f"sweeps/{sweep}.yaml"],
+            cwd=REPO, check=True, capture_output=True, text=True,
+        ).stdout.split()[-1]  # fmt: skip
         shown = subprocess.run(
-            ["git", "show", f"HEAD:sweeps/{sweep}.yaml"],
+            ["git", "show", f"{first}:sweeps/{sweep}.yaml"],
             cwd=REPO, check=True, capture_output=True, text=True,
         )  # fmt: skip
     text = shown.stdout
