@@ -27,6 +27,13 @@ def main(args: argparse.Namespace, out_dir) -> int:
         print(f"{PROG}: error: a search is compared alone, not with {others[0]}; give its folder "
               "only (its reruns over seeds are compared together)", file=sys.stderr)  # fmt: skip
         return 2
+    refused = [o for o, on in (("--plan", args.plan is not None), ("--markdown", args.markdown),
+                               ("--wandb-view", args.wandb_view)) if on]  # fmt: skip
+    if refused:
+        why = "compares arms, and a search has none: rerun its best over seeds"
+        print(f"{PROG}: error: {refused[0]} {why} (--rerun-best K --seeds N) and compare those",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if args.rerun_best is not None and not (args.rerun_best >= 1 and args.seeds >= 2):
         print(f"{PROG}: error: --rerun-best {args.rerun_best} --seeds {args.seeds}: expected "
               "K >= 1 configs and N >= 2 seeds", file=sys.stderr)  # fmt: skip
