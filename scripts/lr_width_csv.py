@@ -45,6 +45,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--section2", type=Path, help="section 2's CSV, kept as d_model 64")
     parser.add_argument("--seeds", default="1,2")
+    parser.add_argument(
+        "--max-rate", type=float,
+        help="keep rates up to this one only: one grid for every width in the table",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     seeds = set(args.seeds.split(","))
@@ -59,6 +63,8 @@ def main() -> None:
             row["model.d_model"] = "64"
             table.append(row)
     kept = [r for r in table if _arm(r) in ARMS and r["seed"] in seeds]
+    if args.max_rate is not None:
+        kept = [r for r in kept if float(r["scheduler.peak_lr"]) <= args.max_rate * (1 + 1e-9)]
     for r in kept:
         r["scheduler.warmup_steps"] = r.get("scheduler.warmup_steps") or "300"
     metrics = sorted({k for r in kept for k in r} - set(KEYS) - set(FIXED))

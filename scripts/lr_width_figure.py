@@ -152,6 +152,10 @@ def plot(found: dict, upto: float, path: Path) -> None:
                 xs.append(w)
                 ys.append(s.mean)
                 ci = s.ci or (s.mean, s.mean)
+                if kind == "basin":  # counts of 2-3 seeds: the seeds themselves, no t interval
+                    ci = (s.mean, s.mean)
+                    seeds = list(reading.basin.values())
+                    ax.scatter([w] * len(seeds), seeds, color=f"C{i}", s=12, alpha=0.5)
                 lo.append(s.mean - ci[0])
                 hi.append(ci[1] - s.mean)
                 open_.append(not diverges)
@@ -170,7 +174,7 @@ def plot(found: dict, upto: float, path: Path) -> None:
         ax.set_title(title, fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(f"{METRIC} excess (mean over seeds, 95% t interval)")
-    axes[2].set_ylabel("rates (mean over seeds)")
+    axes[2].set_ylabel("rates (mean over seeds; dots: seeds)")
     axes[0].legend(fontsize=7)
     fig.suptitle("LR sensitivity against width (open triangle: a lower bound, the grid does not "
                  "reach that arm's divergence)", fontsize=10)  # fmt: skip
