@@ -163,7 +163,7 @@ def test_best_rate_comparison_and_select_seeds(sweep, capsys):
     assert (
         "learning-rate sweep: val/nll against scheduler.peak_lr, arms by model.norm_position" in out
     )
-    assert "flatters every arm" in out
+    assert "flatters every arm" in out.replace("\n", " ")
     means = {r: statistics.fmean(VALUES[("post", r)]) for r in RATES[:2]}
     best_post = min(means, key=means.get)
     assert best_post == 1e-2
@@ -174,7 +174,7 @@ def test_best_rate_comparison_and_select_seeds(sweep, capsys):
     sensitivity = float(rows["norm_position=post"][3].split(" [")[0])
     assert sensitivity == pytest.approx(_per_seed(_capped("post", (1, 2, 3, 4))).mean(), rel=1e-3)
     # the comparison at the best rates: post (baseline: the sweep file's first value) vs pre
-    pre_line = next(ln for ln in out.splitlines() if ln.startswith("pre "))
+    pre_line = [ln for ln in out.splitlines() if ln.startswith("pre ")][-1]  # the last table's
     assert pre_line.split()[1] == "4"  # n: all four seeds
 
     assert compare.main([str(sweep), "--select-seeds", "1,2", "--out", str(sweep / "sel")]) == 0
@@ -182,13 +182,13 @@ def test_best_rate_comparison_and_select_seeds(sweep, capsys):
     sel = {r: statistics.fmean(VALUES[("post", r)][:2]) for r in RATES[:2]}  # seeds 1,2 only
     chosen = min(sel, key=sel.get)
     assert chosen == 1e-3
-    assert "chosen on seeds 1,2, the arms compared on the other seeds" in out
+    assert "chosen on seeds 1,2, the arms compared on the other seeds" in out.replace("\n", " ")
     rows = {r[0]: r for r in list(csv.reader(open(sweep / "sel" / "lr_sweep.csv")))[1:]}
     assert float(rows["norm_position=post"][1]) == chosen
-    pre_line = next(ln for ln in out.splitlines() if ln.startswith("pre "))
+    pre_line = [ln for ln in out.splitlines() if ln.startswith("pre ")][-1]
     assert pre_line.split()[1] == "2"  # n: seeds 3 and 4, which did not choose the rate
     expected = statistics.fmean(VALUES[("pre", 1e-2)][2:])
-    assert float(pre_line.split()[2]) == pytest.approx(expected, rel=1e-3)
+    assert float(pre_line.split()[2]) == pytest.approx(expected, rel=5e-3)  # 3 digits shown
 
 
 def test_the_plot_marks_diverged_runs_and_the_report_leaves_the_trials_alone(sweep, capsys):
@@ -259,7 +259,7 @@ def test_a_diagnostic_gets_its_curve_against_the_rate_without_loss_semantics(swe
         record["metrics"]["diag/attn_logit_max"] = 10.0 * record["config"]["scheduler"]["peak_lr"]
         results.write_text(json.dumps(record))
     assert compare.main([str(sweep), "--metric", "diag/attn_logit_max"]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.replace("\n", " ")  # headings are wrapped at 100 columns
     assert "a diagnostic, not a loss, so no best rate, LR sensitivity, cap" in out
     for absent in ("LR sensitivity (Wortsman", "best peak_lr", "at their own best"):
         assert absent not in out

@@ -168,18 +168,34 @@ class LRStudy:
         )
 
     def text(self) -> str:
-        parts = [
-            f"learning-rate sweep: {self.metric} against {self.x_key}, arms by "
-            + (", ".join(self.arm_keys) or "nothing else")
-        ]
-        headings = self.headings()
-        for key, rows in self.tables().items():
-            note = None
-            if key == "lr best":  # comparison.md has the whole table
-                from attnlab.analysis.report import console_statistics
+        import textwrap
 
+        parts = [
+            textwrap.fill(
+                f"learning-rate sweep: {self.metric} against {self.x_key}, arms by "
+                + (", ".join(self.arm_keys) or "nothing else"),
+                width=100,
+            )
+        ]
+        from attnlab.analysis import lr_console
+        from attnlab.analysis.report import console_statistics
+
+        headings = self.headings()  # the console's tables are narrowed; comparison.md's whole
+        for key, rows in self.tables().items():
+            note, shown = None, [rows]
+            if key == "lr curve":
+                rows, note = lr_console.curve(self)
+                shown = [rows]
+            elif key == "lr summary":
+                shown = lr_console.summary(self)
+            elif key == "lr sensitivity":
+                shown = lr_console.differences(self)
+            elif key == "lr best":
                 rows, note = console_statistics(rows)
-            parts += ["", headings[key] + ":", text_table(rows)] + ([note] if note else [])
+                shown = [rows]
+            heading = textwrap.fill(headings[key] + ":", width=100)
+            parts += ["", heading, *[text_table(t) for t in shown]]
+            parts += [note] if note else []
         return "\n".join(parts)
 
 

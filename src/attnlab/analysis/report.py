@@ -225,13 +225,17 @@ def console_statistics(rows: list[list[str]]) -> tuple[list[list[str]], str | No
     """A statistics table narrowed for the console (comparison.md keeps the whole one): mean and
     difference with their intervals in one cell each, Holm's p, a short verdict; and the budget
     note to print once below it (None when no row is marked)."""
+    from attnlab.analysis.tables import sig3
+
     header, body = rows[0], rows[1:]
     i = header.index("n")
-    keys = header[:i]
+    keys = list(short_names(header[:i]).values()) if header[0] != "group" else header[:i]
     out = [[*keys, "n", "mean [95% CI]", "diff [95% CI]", "p (Holm)", "verdict"]]
     for row in body:
-        mean = f"{row[i + 1]} {row[i + 3]}".strip()
-        diff = row[i + 4] if row[i + 4] == "baseline" else f"{row[i + 4]} {row[i + 5]}".strip()
+        mean = sig3(f"{row[i + 1]} {row[i + 3]}".strip())
+        diff = (
+            row[i + 4] if row[i + 4] == "baseline" else sig3(f"{row[i + 4]} {row[i + 5]}".strip())
+        )
         verdict = row[-1]
         for long, short in _SHORT:
             verdict = verdict.replace(long, short)

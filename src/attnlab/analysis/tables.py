@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 
@@ -49,3 +50,11 @@ def markdown_table(rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     lines.insert(1, "|" + "|".join("---" for _ in rows[0]) + "|")
     return "\n".join(lines)
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def sig3(text: str) -> str:
+    """Every number of a cell to 3 significant digits: 1.388 [1.226, 1.549] -> 1.39 [1.23, 1.55]."""
+    return _NUMBER.sub(lambda m: f"{float(m.group()):.3g}", text)
