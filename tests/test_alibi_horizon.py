@@ -3,21 +3,16 @@ below 0.5, per seed; the table reads attnlab-compare's CSV; a missing file is on
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "alibi_horizon.py"
+from script_utils import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("alibi_horizon", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("alibi_horizon")
 
 
 @pytest.mark.parametrize(

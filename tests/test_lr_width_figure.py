@@ -5,14 +5,14 @@ Welch-Satterthwaite contrast) checked by hand; a table without d_model is one li
 from __future__ import annotations
 
 import csv
-import importlib.util
 import statistics
 from pathlib import Path
 
 import pytest
 from scipy import stats
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lr_width_figure.py"
+from script_utils import load_script
+
 RATES = (1e-3, 1e-2, 1e-1)
 # (width, norm) -> the per-seed values at the three rates: seed s adds 0.01 * s
 SHAPE = {(32, "post"): (0.5, 0.1, 2.5), (32, "pre"): (0.3, 0.1, 0.2),
@@ -21,10 +21,7 @@ SHAPE = {(32, "post"): (0.5, 0.1, 2.5), (32, "pre"): (0.3, 0.1, 0.2),
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("lr_width_figure", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("lr_width_figure")
 
 
 @pytest.fixture

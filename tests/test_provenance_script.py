@@ -5,21 +5,18 @@ exit 2."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from script_utils import load_script
+
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "provenance.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("provenance", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("provenance")
 
 
 def test_identical_runs_and_the_largest_difference(script):

@@ -4,7 +4,6 @@ and that the GPU runs' overrides compose with experiment=multi30k_cpu."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
 import subprocess
@@ -14,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from script_utils import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
+
 SCRIPT = ROOT / "scripts" / "step_matched_search.py"
 
 
 @pytest.fixture(scope="module")
 def search():
-    spec = importlib.util.spec_from_file_location("step_matched_search", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("step_matched_search")
 
 
 def _jobs(search, tmp_path, times, **kw) -> dict:

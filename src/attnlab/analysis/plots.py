@@ -114,53 +114,52 @@ def _finish(plt, fig, ax, path: Path, legend: bool = True) -> None:
 MANY = 12  # more groups than this are drawn as rows (a column each would be an unreadable strip)
 
 
+def _group_points(groups: Sequence[Group], metric: str):
+    """Per group: its index, mean, std and n (attnlab.analysis.groups.group_metric) and its
+    completed seeds' finite values."""
+    for i, g in enumerate(groups):
+        mean, std, n = group_metric(g, metric)
+        values = [r.metrics[metric] for r in g.completed() if metric in r.metrics]
+        yield i, g, mean, std, n, [v for v in values if math.isfinite(v)]
+
+
 def plot_final(groups: Sequence[Group], names: dict, metric: str, path: Path) -> None:
     """Mean +- std of the metric per group (error bars), each completed seed a dot; one column
     per group, or one row per group when there are more than MANY."""
-    if len(groups) > MANY:
-        return _plot_final_rows(groups, names, metric, path)
+    rows = len(groups) > MANY
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(groups) + 2), 4.5))
-    ticks = []
-    for i, g in enumerate(groups):
-        mean, std, n = group_metric(g, metric)
-        values = [r.metrics[metric] for r in g.completed() if metric in r.metrics]
-        values = [v for v in values if math.isfinite(v)]
-        if n:
-            ax.errorbar([i], [mean], yerr=[std or 0.0], fmt="o", color=f"C{i % 10}", capsize=6)
-            ax.scatter([i + 0.08] * len(values), values, s=12, color="k", alpha=0.5, zorder=3)
-        label = group_label(g, names).replace(", ", "\n")
-        if len(g.completed()) != len(g.runs):
-            label += f"\n({g.status()})"
-        ticks.append(label)
-    ax.set_xticks(range(len(groups)), ticks, fontsize=8)
-    ax.set_xlim(-0.6, len(groups) - 0.4)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric}: mean ± std over completed seeds\n(dots: one per seed)", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _plot_final_rows(groups: Sequence[Group], names: dict, metric: str, path: Path) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8.0, 0.32 * len(groups) + 1.4))
+    size = (8.0, 0.32 * len(groups) + 1.4) if rows else (max(5.0, 1.3 * len(groups) + 2), 4.5)
+    fig, ax = plt.subplots(figsize=size)
     labels = []
-    for i, g in enumerate(groups):
-        mean, std, n = group_metric(g, metric)
-        values = [r.metrics[metric] for r in g.completed() if metric in r.metrics]
-        values = [v for v in values if math.isfinite(v)]
-        if n:
-            ax.errorbar([mean], [i], xerr=[std or 0.0], fmt="o", color=f"C{i % 10}", capsize=3)
+    for i, g, mean, std, n, values in _group_points(groups, metric):
+        color, err = f"C{i % 10}", std or 0.0
+        if n and rows:
+            ax.errorbar([mean], [i], xerr=[err], fmt="o", color=color, capsize=3)
             ax.scatter(values, [i + 0.15] * len(values), s=8, color="k", alpha=0.5, zorder=3)
-        status = f" ({g.status()})" if len(g.completed()) != len(g.runs) else ""
-        labels.append(group_label(g, names) + status)
-    ax.set_yticks(range(len(groups)), labels, fontsize=7)
-    ax.set_ylim(len(groups) - 0.5, -0.5)  # the first group on top
-    ax.set_xlabel(metric)
-    ax.set_title(f"{metric}: mean ± std over seeds (dots: seeds)", fontsize=9)
-    ax.grid(axis="x", alpha=0.3)
+        elif n:
+            ax.errorbar([i], [mean], yerr=[err], fmt="o", color=color, capsize=6)
+            ax.scatter([i + 0.08] * len(values), values, s=12, color="k", alpha=0.5, zorder=3)
+        partial = len(g.completed()) != len(g.runs)
+        if rows:
+            labels.append(group_label(g, names) + (f" ({g.status()})" if partial else ""))
+        else:
+            labels.append(
+                group_label(g, names).replace(", ", "\n") + (f"\n({g.status()})" if partial else "")
+            )
+    if rows:
+        ax.set_yticks(range(len(groups)), labels, fontsize=7)
+        ax.set_ylim(len(groups) - 0.5, -0.5)  # the first group on top
+        ax.set_xlabel(metric)
+        ax.set_title(f"{metric}: mean ± std over seeds (dots: seeds)", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    else:
+        ax.set_xticks(range(len(groups)), labels, fontsize=8)
+        ax.set_xlim(-0.6, len(groups) - 0.4)
+        ax.set_ylabel(metric)
+        ax.set_title(
+            f"{metric}: mean ± std over completed seeds\n(dots: one per seed)", fontsize=10
+        )
+        ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -226,10 +226,9 @@ def compare(args: argparse.Namespace) -> Comparison:
     if args.columns:
         available = sorted({m for r in runs for m in r.metrics} - {headline})
         tests = [m for m in available if any(fnmatch.fnmatchcase(m, p) for p in args.columns)]
-    keys = args.group_by or differing_keys(runs, [*DEFAULT_IGNORE, *args.ignore])
-    hidden = [
-        k for k in differing_keys(runs, [*DEFAULT_IGNORE, *args.ignore]) if k not in keys
-    ]  # fmt: skip
+    differing = differing_keys(runs, [*DEFAULT_IGNORE, *args.ignore])
+    keys = args.group_by or differing
+    hidden = [k for k in differing if k not in keys]
     if args.group_by and hidden:
         print(f"warning: --group-by averages runs that differ in {', '.join(hidden)}, not only "
               "in the seed: the groups' spread is not a seed spread")  # fmt: skip

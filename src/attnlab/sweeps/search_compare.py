@@ -16,7 +16,6 @@ Optuna's own views (search.md: history, intermediate values, importance) are wri
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -26,8 +25,7 @@ import yaml
 
 from attnlab.runs.status import Status
 from attnlab.sweeps import study as studies_
-from attnlab.sweeps.search import DEFAULT_DB, default_storage
-from attnlab.sweeps.search_report import SEARCH_FILE, _load, status_of
+from attnlab.sweeps.search_report import SEARCH_FILE, open_search, status_of
 
 _LOG = ("log_uniform", "log_uniform_values", "q_log_uniform", "q_log_uniform_values")
 
@@ -87,11 +85,8 @@ def read_search(folder: Path) -> SearchRead:
     """The search in `folder`: its sweep file (sweep.yaml) and every counted trial of its
     studies. ValueError (one line) when the folder's search cannot be read."""
     try:
-        record = json.loads((folder / SEARCH_FILE).read_text())
+        record, studies = open_search(folder)
         spec = yaml.safe_load((folder / "sweep.yaml").read_text())
-        storage = record["storage"]
-        storage = default_storage(folder) if storage == DEFAULT_DB else storage
-        studies = _load(storage, record["studies"])
     except Exception as err:  # a moved database, no Optuna, a server out of reach
         raise ValueError(
             f"{folder}: its search cannot be read: {str(err).splitlines()[0]}"

@@ -151,6 +151,16 @@ def _plots(study, out: Path, slug: str, metric: str = "metric") -> list[str]:
     return written
 
 
+def open_search(folder: Path) -> tuple[dict, list]:
+    """The search.json of `folder` and its studies, loaded from their storage (the default
+    SQLite file is found beside search.json, wherever the folder now is)."""
+    record = json.loads((Path(folder) / SEARCH_FILE).read_text())
+    storage = record["storage"]
+    if storage == DEFAULT_DB:
+        storage = default_storage(Path(folder))
+    return record, _load(storage, record["studies"])
+
+
 def write_search_views(folders, out: Path | None = None) -> list[str]:
     """search.md (and plots) for the searches of `folders` (each with a search.json), into
     `out` (default: the first folder); the console lines: each study's counts and best trial,
@@ -161,11 +171,7 @@ def write_search_views(folders, out: Path | None = None) -> list[str]:
     for i, folder in enumerate(map(Path, folders)):
         prefix = f"{i + 1}_" if len(folders) > 1 else ""
         try:
-            record = json.loads((folder / SEARCH_FILE).read_text())
-            storage = record["storage"]
-            if storage == DEFAULT_DB:  # the default SQLite file, wherever the folder now is
-                storage = default_storage(folder)
-            studies = _load(storage, record["studies"])
+            record, studies = open_search(folder)
         except Exception as err:  # a moved database, no Optuna, a server out of reach
             console.append(f"could not read the search of {folder}: {str(err).splitlines()[0]}")
             continue

@@ -30,6 +30,7 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
         self.link = link
         self.validations = 0
         self.pruned_at: int | None = None  # the validation (from 0) at which it was pruned
+        self._study_completed = False  # a trial of the study has completed (asked until so)
         self._trial = None
 
     @property
@@ -83,7 +84,8 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
             return False
         # Until a trial of the study has completed, none is pruned: every search has at least
         # one trial run to its end (the reference the others are judged against).
-        return _any_completed(self._trial.study) and self._trial.should_prune()
+        self._study_completed = self._study_completed or _any_completed(self._trial.study)
+        return self._study_completed and self._trial.should_prune()
 
     def state_dict(self) -> dict:
         return {"validations": self.validations}
