@@ -528,6 +528,8 @@ def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, caps
     assert f"attnlab-sweep {files[0]}" in capsys.readouterr().out
     assert compare.main([str(moved), "--plan", "0.5"]) == 2  # a search has no arms to size
     assert "--plan compares arms, and a search has none" in capsys.readouterr().err
+    assert compare.main([str(moved), "--top", "0"]) == 2
+    assert "--top 0: expected the number of trials shown per arm" in capsys.readouterr().err
 
 
 def test_a_trial_claimed_on_another_host_without_its_lease_yet_is_not_stale():

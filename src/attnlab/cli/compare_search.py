@@ -34,6 +34,10 @@ def main(args: argparse.Namespace, out_dir) -> int:
         print(f"{PROG}: error: {refused[0]} {why} (--rerun-best K --seeds N) and compare those",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.top < 1:
+        print(f"{PROG}: error: --top {args.top}: expected the number of trials shown per arm, "
+              ">= 1", file=sys.stderr)  # fmt: skip
+        return 2
     if args.rerun_best is not None and not (args.rerun_best >= 1 and args.seeds >= 2):
         print(f"{PROG}: error: --rerun-best {args.rerun_best} --seeds {args.seeds}: expected "
               "K >= 1 configs and N >= 2 seeds", file=sys.stderr)  # fmt: skip
