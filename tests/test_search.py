@@ -596,3 +596,84 @@ def test_a_retried_trial_keeps_the_rungs_its_first_attempt_passed():
     plain.should_prune()  # judged at rung 0 again, with the later value
     frozen = control.get_trials(deepcopy=False)[plain.number]
     assert frozen.system_attrs[halving._completed_rung_key(0)] == 0.45
+
+
+def _search_outcome(path: Path, out: Path, crash_at: list[int]) -> tuple[list, list[str]]:
+    """Run the search to its end, rerunning the launcher each time the fake trial killed it;
+    (each counted trial's (lr, state, value, last validation), the launchers' exit codes)."""
+    plan = out.parent / f"{out.name}-crash.json"
+    plan.write_text(json.dumps({"reports": 0, "at": crash_at}))
+    codes = []
+    for _ in range(len(crash_at) + 1):
+        done = _run([str(path), "--out", str(out)])
+        codes.append(done.returncode)
+        if done.returncode == 0:
+            break
+    trials = counted(trials_of(default_storage(out)))
+    return [
+        (t.params["lr"], t.state.name, t.value, max(t.intermediate_values, default=None))
+        for t in trials
+    ], codes
+
+
+def test_a_search_killed_twice_ends_as_the_uncrashed_search(tmp_path):
+    """Hyperband over 8 trials of 6 validations (rungs at 1, 2, 4), one worker: the launcher is
+    SIGKILLed in the middle of the first trial (before any has completed) and again in the
+    middle of a later one, and rerun each time. The counted trials draw the same rates, end in
+    the same states with the same values, and the best trial is the same as without kills: a
+    taken-back trial keeps its rungs, its failed attempt competes nowhere, and draws are seeded
+    by their index in the study."""
+    path = tmp_path / "search.yaml"
+    knobs = ["fake.sleep=0", "fake.steps=6"]
+    outcomes = {}
+    for name, crash_at in (("calm", []), ("crashed", [3, 20])):
+        config = yaml.safe_load(
+            search_file(tmp_path, knobs=[*knobs, f"fake.crash={tmp_path / name}-crash.json"],
+                        run_cap=8, early_terminate={"type": "hyperband", "min_iter": 1, "eta": 2})
+            .read_text()
+        )  # fmt: skip
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        outcomes[name] = _search_outcome(path, tmp_path / name, crash_at)
+    (calm, calm_codes), (crashed, crashed_codes) = outcomes["calm"], outcomes["crashed"]
+    assert calm_codes == [0] and crashed_codes == [-signal.SIGKILL, -signal.SIGKILL, 0]
+    states = [state for _, state, _, _ in calm]
+    assert "PRUNED" in states and states.count("COMPLETE") >= 2, calm  # the test tests pruning
+    assert crashed == calm
+    trials = trials_of(default_storage(tmp_path / "crashed"))
+    assert [t.state.name for t in trials].count("FAIL") == 2  # both kills took a trial back
+
+    def best(outcome):
+        return min((v, lr) for lr, s, v, _ in outcome if s == "COMPLETE")
+
+    assert best(crashed) == best(calm)
+
+
+@pytest.mark.parametrize("blind", [True, False])
+def test_a_retried_attempt_is_no_competitor_of_the_pruner(blind):
+    """Successive halving (min_resource 1, eta 2; rung 0 at validation 1) over two finished
+    trials (1.0, 2.0) and a retry carrying its failed attempt's rung 0 (0.5). A new trial at 0.8
+    is second of four, so it goes on; were the failed attempt counted too (the control, Optuna's
+    own pruner), it would be third of five and pruned."""
+    from attnlab.runs.optuna_link import make_pruner
+    from attnlab.sweeps import study as studies_
+
+    spec = {"min_resource": 1, "reduction_factor": 2}
+    pruner = make_pruner(spec) if blind else make_pruner(spec).pruner
+    study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(0))
+    searched = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1)}
+
+    def validate(trial, value):
+        trial.report(value + 1, 0)
+        trial.report(value, 1)
+        return trial.should_prune()
+
+    for value in (1.0, 2.0):
+        finished = study.ask(searched)
+        validate(finished, value)
+        study.tell(finished, value)
+    attempt = study.ask(searched)
+    assert not validate(attempt, 0.5)
+    studies_.retry(study, attempt)
+    _, _, again = studies_.next_trial([study], [{}], 10, {}, lambda arm: searched)
+    assert again.user_attrs[studies_.ATTR_RETRY_OF] == attempt.number
+    assert validate(study.ask(searched), 0.8) is not blind

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="seed of a random sweep's draws (default 0); a search (bayes, or random with Optuna) "
-        "mixes it with each worker's host and pid, so that workers never draw alike",
+        "seeds each draw with it and the draw's index in its study: a search resumed after a "
+        "crash draws what the uncrashed one would, and no two draws share a seed",
     )
     p.add_argument(
         "--storage",

@@ -18,6 +18,12 @@ TRIAL_ENV = "ATTNLAB_OPTUNA_TRIAL"  # the trial's number in its study
 METRIC_ENV = "ATTNLAB_OPTUNA_METRIC"
 PRUNER_ENV = "ATTNLAB_OPTUNA_PRUNER"  # JSON: min_resource, reduction_factor, last_step
 LINK_ENVS = (STORAGE_ENV, STUDY_ENV, TRIAL_ENV, METRIC_ENV, PRUNER_ENV)
+# A trial enqueued again after its worker died carries the number of the attempt it retries
+# (attnlab.sweeps.study); that failed attempt is then no competitor of the pruner's.
+ATTR_RETRY_OF = "attnlab:retry_of"
+# The validation at which the pruner stopped the run, written before the run stops: a crash in
+# between leaves the decision with the trial, and its retry stops at once (TrialReporter).
+ATTR_PRUNED_AT = "attnlab:pruned_at"
 
 
 @dataclass(frozen=True)
@@ -75,15 +81,46 @@ def open_storage(url: str):
 
 
 def make_pruner(spec: dict | None):
-    """Successive halving from the link's pruner spec (attnlab.sweeps.search_space.Pruning);
-    NopPruner without one."""
+    """Successive halving from the link's pruner spec (attnlab.sweeps.search_space.Pruning),
+    blind to retried attempts; NopPruner without one."""
     import optuna
 
     if not spec:
         return optuna.pruners.NopPruner()
-    return optuna.pruners.SuccessiveHalvingPruner(
+    halving = optuna.pruners.SuccessiveHalvingPruner(
         min_resource=int(spec["min_resource"]), reduction_factor=int(spec["reduction_factor"])
     )
+    return _WithoutRetriedAttempts(halving)
+
+
+class _WithoutRetriedAttempts:
+    """A pruner that judges a trial as `pruner` would in the study without the failed attempts
+    that were enqueued again. A retry carries its attempt's rungs (attnlab.sweeps.study.
+    carry_progress); left in, the attempt would count them a second time among the competitors
+    and a crash would change which trials are pruned."""
+
+    def __init__(self, pruner) -> None:
+        self.pruner = pruner
+
+    def prune(self, study, trial) -> bool:
+        return self.pruner.prune(_StudyWithoutRetried(study), trial)
+
+
+class _StudyWithoutRetried:
+    """The study as the pruner reads it: get_trials without the retried failed attempts; every
+    other attribute the study's own."""
+
+    def __init__(self, study) -> None:
+        self._study = study
+
+    def __getattr__(self, name: str):
+        return getattr(self._study, name)
+
+    def get_trials(self, deepcopy: bool = True, states=None) -> list:
+        trials = self._study.get_trials(deepcopy=deepcopy, states=states)
+        everyone = trials if states is None else self._study.get_trials(deepcopy=False)
+        retried = {t.user_attrs.get(ATTR_RETRY_OF) for t in everyone} - {None}
+        return [t for t in trials if not (t.number in retried and t.state.name == "FAIL")]
 
 
 def open_trial(link: TrialLink):
@@ -102,3 +139,51 @@ def open_trial(link: TrialLink):
         raise ValueError(f"{STUDY_ENV}={link.study}: no trial number {link.trial}")
     # Trial(study, trial_id) attaches to an existing trial; the id is private (test_private_apis)
     return optuna.trial.Trial(study, frozen[0]._trial_id)
+
+
+class TrialReporter:
+    """What a searched run does at each validation, without Lightning (attnlab.training.pruning
+    wraps it): report the metric to the link's trial and ask whether to stop. Nothing is pruned
+    after the pruner's last step, nor until a trial of the study has completed (every search has
+    at least one trial run to its end, the reference the others are judged against). A retry of
+    an attempt the pruner had stopped (the crash fell between the decision and the run's end)
+    stops at its first validation without reporting it. A trial the sweep took back (its worker
+    was gone; a new run of it may use this run directory) raises TakenBack."""
+
+    def __init__(self, link: TrialLink) -> None:
+        self.link = link
+        self._trial = None
+        self._decided = False  # the pruner stopped this trial (or the attempt it retries)
+        self._study_completed = False  # a trial of the study has completed (asked until so)
+
+    def report(self, value: float, step: int) -> bool:
+        """Report `value` at validation `step` (from 0); True: the pruner stops the run."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        if self._trial is None:
+            self._trial = open_trial(self.link)
+            self._decided = ATTR_PRUNED_AT in self._trial.user_attrs
+        if self._decided:
+            return True
+        try:
+            self._trial.report(value, step)
+        except UpdateFinishedTrialError:
+            raise TakenBack(f"{self.link.study} trial {self.link.trial} was taken back") from None
+        last = (self.link.pruner or {}).get("last_step")
+        if last is not None and step > last:
+            return False
+        if not self._study_completed:
+            study = self._trial.study
+            self._study_completed = bool(
+                study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            )
+        if self._study_completed and self._trial.should_prune():
+            self._trial.set_user_attr(ATTR_PRUNED_AT, step)
+            self._decided = True
+            return True
+        return False
+
+
+class TakenBack(RuntimeError):
+    """The sweep ended this run's trial and enqueued it again."""

@@ -173,10 +173,10 @@ def run_search(
     threads = [
         threading.Thread(
             target=_worker,
-            args=(search, i, gpus, (stop_event, hurry), lock, results, errors, log),
+            args=(search, gpus, (stop_event, hurry), lock, results, errors, log),
             daemon=True,
         )
-        for i, gpus in enumerate(slots)
+        for gpus in slots
     ]
     for thread in threads:
         thread.start()
@@ -194,11 +194,11 @@ def run_search(
     return results
 
 
-def _worker(search, index, gpus, events, lock, results, errors, log) -> None:
+def _worker(search, gpus, events, lock, results, errors, log) -> None:
     stop_event = events[0]
     try:
         names = search.study_names()
-        opened = studies_.open_studies(search.config, search.storage, names, search.seed, index)
+        opened = studies_.open_studies(search.config, search.storage, names, search.seed)
         while not stop_event.is_set():
             with lock:  # one ask at a time in this process (other processes: next_trial's check)
                 for study in opened:

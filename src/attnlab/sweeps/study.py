@@ -20,7 +20,7 @@ import time
 import zlib
 from collections.abc import Sequence
 
-from attnlab.runs.optuna_link import open_storage
+from attnlab.runs.optuna_link import ATTR_PRUNED_AT, ATTR_RETRY_OF, open_storage
 from attnlab.runs.status import Status
 from attnlab.sweeps.search_space import space_fingerprint
 from attnlab.sweeps.spec import SweepError
@@ -33,7 +33,6 @@ ATTR_OWNER = "attnlab:owner"
 ATTR_LEASE = "attnlab:lease_until"
 ATTR_CHILD = "attnlab:child_pid"
 ATTR_STATUS = "attnlab:status"
-ATTR_RETRY_OF = "attnlab:retry_of"
 ATTR_OVER_CAP = "attnlab:over_cap"
 ATTR_SPACE = "attnlab:space"
 HOST = socket.gethostname()
@@ -43,15 +42,13 @@ def owner() -> str:
     return f"{HOST}:{os.getpid()}"
 
 
-def open_studies(
-    config: dict, storage_url: str, names: Sequence[str], seed: int, worker: int = 0
-) -> list:
+def open_studies(config: dict, storage_url: str, names: Sequence[str], seed: int) -> list:
     """One Study per name (created, or loaded when it exists), with a sampler of its own: TPE
-    (constant liar, so parallel workers spread out) for bayes, random for random. The seed is
-    `seed` mixed with this worker's host, pid and `worker` number: workers that join a study at
-    the same moment, and a rerun, must not repeat each other's draws (two processes seeded alike
-    drew the same learning rates), so a search is not repeatable draw for draw. SweepError when a
-    study exists with another search space."""
+    (constant liar, so parallel workers spread out) for bayes, random for random. Each draw is
+    seeded by `seed`, the study and the draw's index in it (DrawSeeded): a rerun, a worker that
+    joins later and a search resumed after a crash draw what the uninterrupted search would, and
+    no two draws of a study share a seed. SweepError when a study exists with another search
+    space."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -71,14 +68,41 @@ def open_studies(
                 f"study {name!r} in {storage_url} was created from another search space "
                 "(parameters, metric, early_terminate or arms differ); use a new --out or --storage"
             )
-        draw_seed = zlib.crc32(f"{seed}:{owner()}:{worker}:{name}".encode())
-        study.sampler = (
-            optuna.samplers.TPESampler(seed=draw_seed, constant_liar=True)
-            if config["method"] == "bayes"
-            else optuna.samplers.RandomSampler(seed=draw_seed)
-        )
+        study.sampler = DrawSeeded(config["method"], seed, name)
         studies.append(study)
     return studies
+
+
+def draw_index(trials, number: int) -> int:
+    """The index of trial `number`'s draw in its study: the trials before it that count (a retry
+    takes its attempt's place, a trial over the cap none), so a crash shifts no later draw."""
+    return len([t for t in counted(trials) if t.number < number])
+
+
+class DrawSeeded:
+    """An Optuna sampler (TPE for bayes, random for random) made afresh for each trial, seeded by
+    (seed, study, the trial's draw_index). Random draws are then the same in every run of the
+    search; TPE's depend besides on the values told before, as they should. Every sampler call
+    goes to the trial's sampler."""
+
+    def __init__(self, method: str, seed: int, study_name: str) -> None:
+        self.method, self.seed, self.study_name = method, seed, study_name
+        self.sampler = self._make(0)
+
+    def _make(self, index: int):
+        import optuna
+
+        draw_seed = zlib.crc32(f"{self.seed}:{self.study_name}:{index}".encode())
+        if self.method == "bayes":
+            return optuna.samplers.TPESampler(seed=draw_seed, constant_liar=True)
+        return optuna.samplers.RandomSampler(seed=draw_seed)
+
+    def before_trial(self, study, trial) -> None:
+        self.sampler = self._make(draw_index(study.get_trials(deepcopy=False), trial.number))
+        self.sampler.before_trial(study, trial)
+
+    def __getattr__(self, name: str):  # infer_relative_search_space, sample_*, after_trial...
+        return getattr(self.sampler, name)
 
 
 def counted(trials) -> list:
@@ -179,14 +203,18 @@ def carry_progress(study, trial) -> None:
     values are reported again into the new trial (its history), and the rungs of successive
     halving it passed are marked passed (Optuna keeps them as `completed_rung_<k>` system
     attributes), so the pruner judges the resumed run at the next rung only, as it would have
-    judged the uncrashed trial, not again at rungs already passed with a later value. (Those
-    rungs' values also stay on the failed attempt, so among the competitors they count twice.)"""
+    judged the uncrashed trial, not again at rungs already passed with a later value. An attempt
+    the pruner had stopped (ATTR_PRUNED_AT) passes the decision on: its retry stops at once. (The
+    failed attempt keeps its rung values; the pruner does not count it among the competitors:
+    attnlab.runs.optuna_link.make_pruner.)"""
     retried = trial.user_attrs.get(ATTR_RETRY_OF)
     first = [t for t in study.get_trials(deepcopy=False) if t.number == retried]
     if not first:
         return
     for step, value in sorted(first[0].intermediate_values.items()):
         trial.report(value, step)
+    if ATTR_PRUNED_AT in first[0].user_attrs:
+        trial.set_user_attr(ATTR_PRUNED_AT, first[0].user_attrs[ATTR_PRUNED_AT])
     for key, value in first[0].system_attrs.items():
         if key.startswith(RUNG_PREFIX):  # the storage call is private (tests/test_private_apis)
             study._storage.set_trial_system_attr(trial._trial_id, key, value)

@@ -15,7 +15,7 @@ import sys
 
 import lightning as L
 
-from attnlab.runs.optuna_link import TrialLink, open_trial
+from attnlab.runs.optuna_link import TakenBack, TrialLink, TrialReporter
 from attnlab.runs.status import EXIT_CODES, Status
 from attnlab.training.hooks import SkipEmptyHooks
 
@@ -30,8 +30,7 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
         self.link = link
         self.validations = 0
         self.pruned_at: int | None = None  # the validation (from 0) at which it was pruned
-        self._study_completed = False  # a trial of the study has completed (asked until so)
-        self._trial = None
+        self.reporter = TrialReporter(link)
 
     @property
     def pruned(self) -> bool:
@@ -63,29 +62,13 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
         value = float(value)
         if not math.isfinite(value):
             return False  # a diverged run ends as "diverged"; Optuna refuses NaN values
-        from optuna.exceptions import UpdateFinishedTrialError
-
-        if self._trial is None:
-            self._trial = open_trial(self.link)
         try:
-            self._trial.report(value, step)
-        except UpdateFinishedTrialError:
+            return self.reporter.report(value, step)
+        except TakenBack as taken:
             # The sweep took this trial back (its worker was gone) and enqueued it again: a new
             # run of it may already use this run directory. Leave at once, writing nothing.
-            print(
-                f"{self.link.study} trial {self.link.trial} was taken back by the sweep; "
-                "this run stops without writing",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"{taken}; this run stops without writing", file=sys.stderr, flush=True)
             os._exit(EXIT_CODES[Status.INTERRUPTED])
-        last = (self.link.pruner or {}).get("last_step")
-        if last is not None and step > last:
-            return False
-        # Until a trial of the study has completed, none is pruned: every search has at least
-        # one trial run to its end (the reference the others are judged against).
-        self._study_completed = self._study_completed or _any_completed(self._trial.study)
-        return self._study_completed and self._trial.should_prune()
 
     def state_dict(self) -> dict:
         return {"validations": self.validations}
@@ -109,9 +92,3 @@ def sweep_pruning() -> list[L.Callback]:
     """[SweepPruning] when attnlab-sweep started this run as a searched trial, else []."""
     link = TrialLink.from_environment()
     return [SweepPruning(link)] if link is not None else []
-
-
-def _any_completed(study) -> bool:
-    from optuna.trial import TrialState
-
-    return bool(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
