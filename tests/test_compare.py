@@ -239,11 +239,15 @@ def test_extrapolation_is_drawn_against_length_per_group(tmp_path, capsys):
             (run_dir / "results.json").write_text(json.dumps(record))
     assert compare.main([str(root)]) == 0
     out = capsys.readouterr().out
-    rope = next(ln for ln in out.splitlines() if ln.startswith("pos_encoding=rope"))
+    # the console's table: the arm's value, mean±std (3 and 1 digits), the keys and n in a note
+    tables = out.split("\narm ")  # the group table, then one per length metric
+    assert len(tables) == 4 and tables[1].startswith(" " * 5 + "8")
+    rope = next(ln for ln in tables[1].splitlines() if ln.startswith("rope "))  # exact match
     mean16 = statistics.fmean([0.9 / 16 + 0.01 * s for s in (1, 2, 3)])
-    assert f"{mean16:.4g} ± 0.01 (n=3)" in rope
-    learned = next(ln for ln in out.splitlines() if ln.startswith("pos_encoding=learned"))
-    assert learned.rstrip().endswith("null (not representable)")
+    assert f"{mean16:.3g}±0.01" in rope
+    learned = next(ln for ln in tables[1].splitlines() if ln.startswith("learned "))
+    assert learned.rstrip().endswith("null")
+    assert "arm: pos_encoding; exact_match: mean±std over 3 seeds each" in out
     for metric in ("exact_match", "token_acc", "nll"):
         assert (root / f"extrapolation_{metric}.png").read_bytes()[:4] == b"\x89PNG"
     md = (root / "comparison.md").read_text()

@@ -162,8 +162,9 @@ def test_runs_csv_regenerates_the_same_statistics(sweep, tmp_path, capsys):
     assert compare.main([str(table), *argv, "--out", str(tmp_path / "b")]) == 0
     from_csv = capsys.readouterr().out
 
-    def tables(text):
-        return [line for line in text.splitlines() if not line.startswith(("wrote", "no val"))]
+    def tables(text):  # all but the files written (the last lines) and the plot's fallback
+        return [line for line in text.split("\nwrote ")[0].splitlines()
+                if not line.startswith("no val")]  # fmt: skip
 
     assert tables(from_runs) == tables(from_csv)
     assert "length/16/greedy_exact_match" in from_csv
@@ -231,3 +232,25 @@ def test_a_file_that_is_not_a_runs_table_is_one_line(tmp_path, capsys):
         f"attnlab-compare: error: {bad}: not a runs table; expected the columns "
         "seed, status, wall_time_s"
     )
+
+
+def test_a_console_table_wider_than_120_merges_its_arm_columns_and_says_which():
+    """The LR width study's statistics table (four arm keys) as compare printed it: 144 columns,
+    merged to one 'arm' column it fits."""
+    from attnlab.analysis.tables import CONSOLE_WIDTH, fit_console, text_table
+
+    keys = ["d_model", "norm_position", "warmup_steps", "qk_norm"]
+    rows = [[*keys, "n", "mean [95% CI]", "diff [95% CI]", "p (Holm)", "verdict"]]
+    rows += [["32", "post", "300", "false", "2", "0.00164 [-0.00648, 0.00976]",
+              "-1.37 [-1.9, -0.838]", "0.15", "not detected, MDD 0.683 (†)"],
+             ["128", "pre", "0", "true", "2", "0.0191 [0.00761, 0.0305]",
+              "-1.35 [-1.88, -0.821]", "0.15", "not detected, MDD 0.683 (†)"]]  # fmt: skip
+    assert max(map(len, text_table(rows).splitlines())) > CONSOLE_WIDTH
+    narrow, note = fit_console(rows, 4)
+    assert narrow[0][:2] == ["arm", "n"] and [r[0] for r in narrow[1:]] == [
+        "32/post/300/false", "128/pre/0/true"]  # fmt: skip
+    assert note == "arm: d_model/norm_position/warmup_steps/qk_norm"
+    assert max(map(len, text_table(narrow).splitlines())) <= CONSOLE_WIDTH
+    fits = [r[:2] + r[4:] for r in rows]
+    assert fit_console(fits, 2) == (fits, None)  # one that fits is left as it is
+    assert fit_console([["a", "b"], ["x" * 200, "y"]], 1)[1] is None  # one key: nothing merged

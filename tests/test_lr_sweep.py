@@ -265,3 +265,36 @@ def test_a_diagnostic_gets_its_curve_against_the_rate_without_loss_semantics(swe
         assert absent not in out
     assert "| 0.01 (n=4) |" in (sweep / "comparison.md").read_text().replace(" ± 0", "")
     assert (sweep / "lr_diag_attn_logit_max.png").is_file()
+
+
+def _fake_arms(**values_of) -> list:
+    """Arms over every combination of the given keys' values, each with one point."""
+    import itertools
+
+    keys = list(values_of)
+    point = lr_sweep.RatePoint(1e-2, {1: 0.5})
+    return [lr_sweep.Arm(dict(zip(keys, combo, strict=True)), [point])
+            for combo in itertools.product(*values_of.values())]  # fmt: skip
+
+
+def test_many_arms_are_drawn_on_panels_split_by_the_key_that_keeps_each_readable(tmp_path):
+    """At most MAX_ARMS_PER_AXES curves an axes: 5 arms on one; 10 (2 x 5) split by the first key
+    (5 each); 20 (2 x 10) by the second (2 each), since the first leaves 10 on an axes; 8 of one
+    key in chunks of 6 and 2. The panels' figure is drawn, wider than one axes."""
+    assert lr_sweep.MAX_ARMS_PER_AXES == 6
+    key, shares = lr_sweep.panels(_fake_arms(a=[1, 2, 3, 4, 5]), ["a"])
+    assert key is None and [len(s) for _, s in shares] == [5]
+    key, shares = lr_sweep.panels(_fake_arms(n=["pre", "post"], h=[1, 2, 4, 8, 16]), ["n", "h"])
+    assert key == "n" and [(t, len(s)) for t, s in shares] == [("n=pre", 5), ("n=post", 5)]
+    key, shares = lr_sweep.panels(_fake_arms(n=["pre", "post"], h=list(range(10))), ["n", "h"])
+    assert key == "h" and [len(s) for _, s in shares] == [2] * 10
+    key, shares = lr_sweep.panels(_fake_arms(h=list(range(8))), ["h"])
+    assert key is None and [len(s) for _, s in shares] == [6, 2]
+    from PIL import Image
+
+    arms = _fake_arms(n=["pre", "post"], h=[1, 2, 4, 8, 16])
+    path = tmp_path / "lr.png"
+    assert lr_sweep.plot(arms, ["n", "h", "lr"], "lr", "val/nll", path)
+    one = tmp_path / "one.png"
+    assert lr_sweep.plot(arms[:5], ["n", "h", "lr"], "lr", "val/nll", one)
+    assert Image.open(path).size[0] > Image.open(one).size[0]

@@ -58,6 +58,32 @@ def extrapolation_table(groups: Sequence[Group], names: dict, metric: str) -> li
     return rows
 
 
+def console_table(groups: Sequence[Group], names: dict, metric: str):
+    """extrapolation_table narrowed for the console (comparison.md keeps the whole one): the
+    arm's values joined by '/', each cell 'mean±std' (3 and 1 significant digits); the rows and
+    the note that names the keys and the seeds."""
+    lengths = lengths_of(groups)
+    keys = list(groups[0].values) if groups else []
+    rows = [["arm" if keys else "group", *map(str, lengths)]]
+    counts = set()
+    for g in groups:
+        stats = by_length(g, metric)
+        cells = []
+        for n in lengths:
+            mean, std, k = stats.get(n, (None, None, 0))
+            if mean is None:
+                cells.append("null" if _why_none(g, n) else "")
+                continue
+            counts.add(k)
+            cells.append(f"{mean:.3g}" + ("" if std is None else f"±{std:.1g}"))
+        label = "/".join(str(g.values[k]) for k in keys) if keys else group_label(g, names)
+        rows.append([label, *cells])
+    seeds = f"{counts.pop()} seeds each" if len(counts) == 1 else "seeds per cell in comparison.md"
+    shown = "/".join(names.get(k, k) for k in keys)
+    note = (f"arm: {shown}; " if keys else "") + f"{metric}: mean±std over {seeds}"
+    return rows, note
+
+
 def _why_none(group: Group, length: int) -> str:
     """'null' for a length the group's runs could not represent (results.json gives the
     reason), '' where they did not evaluate it."""

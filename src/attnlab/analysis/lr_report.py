@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from attnlab.analysis import lr_sensitivity as ls
 from attnlab.analysis import lr_sweep, stats
 from attnlab.analysis.groups import short_names
-from attnlab.analysis.tables import fmt_number, fmt_value, text_table
+from attnlab.analysis.tables import console_lines, fit_console, fmt_number, fmt_value, text_table
 
 
 @dataclass
@@ -194,8 +194,12 @@ class LRStudy:
                 rows, note = console_statistics(rows)
                 shown = [rows]
             heading = textwrap.fill(headings[key] + ":", width=100)
-            parts += ["", heading, *[text_table(t) for t in shown]]
-            parts += [note] if note else []
+            parts += ["", heading]
+            for table in shown:
+                n_keys = table[0].index("n") if key == "lr best" else len(self.arm_keys)
+                table, arms = fit_console(table, n_keys)
+                parts += [text_table(table), *([console_lines(arms)] if arms else [])]
+            parts += [console_lines(note)] if note else []
         return "\n".join(parts)
 
 

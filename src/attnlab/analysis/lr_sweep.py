@@ -265,21 +265,83 @@ def arm_label(arm: Arm, names: dict) -> str:
     return group_label(Group(arm.values), names) if arm.values else "all runs"
 
 
+MAX_ARMS_PER_AXES = 6  # more curves than this on one axes are not told apart
+
+
+def panels(arms_: Sequence[Arm], keys: Sequence[str]) -> tuple[str | None, list[tuple]]:
+    """The arms shared out over axes, at most MAX_ARMS_PER_AXES each: (the key that splits them,
+    [(the axes' title, its arms)]). One axes for few arms; else one per value of the first arm
+    key that splits them so, not one arm an axes (titled `key=value`); else in chunks, in order."""
+    if len(arms_) <= MAX_ARMS_PER_AXES:
+        return None, [(None, list(arms_))]
+    names = short_names(keys)
+    for key in keys:
+        values = list(dict.fromkeys(arm.values.get(key) for arm in arms_))
+        split = [[a for a in arms_ if a.values.get(key) == v] for v in values]
+        if 1 < len(values) < len(arms_) and max(map(len, split)) <= MAX_ARMS_PER_AXES:
+            shown = names.get(key, key)
+            titles = [f"{shown}={fmt_value(v)}" for v in values]
+            return key, list(zip(titles, split, strict=True))
+    step = MAX_ARMS_PER_AXES
+    return None, [(None, list(arms_[i : i + step])) for i in range(0, len(arms_), step)]
+
+
 def plot(arms_: Sequence[Arm], keys: Sequence[str], x_key: str, metric: str, path) -> bool:
     """The metric against the rate on a log axis, one colour per arm: every seed a point, the
-    mean a line, a run that diverged or failed an 'x' at the top of the axes. False when
-    there is nothing to draw."""
+    mean a line, a run that diverged or failed an 'x' at the top of the axes. Many arms are
+    drawn on a grid of axes that share both scales (panels). False when there is nothing to
+    draw."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.transforms import blended_transform_factory
 
     names = short_names(keys)
-    fig, ax = plt.subplots(figsize=(8, 5))
+    split_key, shares = panels(arms_, keys)
+    ncols = min(3, len(shares))
+    nrows = math.ceil(len(shares) / ncols)
+    legend_h = 0 if split_key is None else 0.2 * max(len(share) for _, share in shares) + 0.4
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True,
+                             figsize=(8 if ncols == 1 else 5 * ncols, (5 + legend_h) * nrows),
+                             layout="constrained")  # fmt: skip
+    drawn, marked = False, False
+    for ax, (title, share) in zip(axes.flat, shares, strict=False):
+        here, x_marks = _draw_arms(ax, share, names, split_key)
+        drawn, marked = drawn or here, marked or x_marks
+        if title:
+            ax.set_title(title, fontsize=9)
+    for ax in axes.flat[len(shares) :]:
+        ax.set_visible(False)
+    if not drawn:
+        plt.close(fig)
+        return False
+    ax = axes.flat[0]
+    ax.set_xscale("log")
+    values = [v for a in arms_ for p in a.points for v in p.values.values()]
+    if values and min(values) > 0 and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+    ylabel = f"{metric} (mean over seeds; capped at the loss at initialization)"
+    plain = higher_is_better(metric) or is_diagnostic(metric)
+    for row in axes:
+        row[0].set_ylabel(metric + " (mean over seeds)" if plain else ylabel)
+    for ax in axes[-1]:
+        ax.set_xlabel(names.get(x_key, x_key))
+    title = f"{metric} against {names.get(x_key, x_key)}"
+    if marked:
+        title += " (x at the top: a run that diverged, counted at the cap)"
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _draw_arms(ax, arms_: Sequence[Arm], names: dict, split_key=None) -> tuple[bool, bool]:
+    """The arms' points and mean curves on one axes, labelled without the key that split them
+    into panels (the axes' title has it); (anything drawn, any run marked 'x')."""
+    from matplotlib.transforms import blended_transform_factory
+
     top = blended_transform_factory(ax.transData, ax.transAxes)
-    drawn = False
-    marked = False
+    drawn, marked = False, False
     for i, arm in enumerate(arms_):
         color = f"C{i % 10}"
         xs, means = [], []
@@ -294,26 +356,13 @@ def plot(arms_: Sequence[Arm], keys: Sequence[str], x_key: str, metric: str, pat
                 xs.append(p.rate)
                 means.append(p.mean())
         if xs:
-            ax.plot(xs, means, "-o", color=color, label=arm_label(arm, names), markersize=4)
+            shown = Arm({k: v for k, v in arm.values.items() if k != split_key}, [])
+            label = arm_label(shown, names) if split_key else arm_label(arm, names)
+            ax.plot(xs, means, "-o", color=color, label=label, markersize=4)
             drawn = True
-    if not drawn:
-        plt.close(fig)
-        return False
-    ax.set_xscale("log")
-    values = [v for a in arms_ for p in a.points for v in p.values.values()]
-    if values and min(values) > 0 and max(values) / min(values) > 20:
-        ax.set_yscale("log")
-    ax.set_xlabel(names.get(x_key, x_key))
-    ylabel = f"{metric} (mean over seeds; capped at the loss at initialization)"
-    plain = higher_is_better(metric) or is_diagnostic(metric)
-    ax.set_ylabel(metric + " (mean over seeds)" if plain else ylabel)
-    title = f"{metric} against {names.get(x_key, x_key)}"
-    if marked:
-        title += " (x at the top: a run that diverged, counted at the cap)"
-    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    if drawn and split_key:  # below the axes: a panel's curves fill it
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    elif drawn:
+        ax.legend(fontsize=8)
+    return drawn, marked

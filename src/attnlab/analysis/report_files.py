@@ -8,7 +8,7 @@ from pathlib import Path
 from attnlab.analysis import lr_sweep, report
 from attnlab.analysis.groups import group_label, short_names
 from attnlab.analysis.run_table import write_runs_csv
-from attnlab.analysis.tables import text_table
+from attnlab.analysis.tables import console_lines, text_table
 
 
 def statistics_title(metric: str, c, paired: bool) -> str:
@@ -80,6 +80,7 @@ def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[l
     """extrapolation_<metric>.png per length metric (appended to `written`); a table per
     length metric (exact_match or perplexity first), printed and returned for comparison.md."""
     from attnlab.analysis.extrapolation import (
+        console_table,
         extrapolation_table,
         length_metrics,
         plot_extrapolation,
@@ -91,7 +92,9 @@ def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[l
         if plot_extrapolation(groups, names, metric, path):
             written.append(path)
     tables = [extrapolation_table(groups, names, metric) for metric in metrics]
-    for table in tables:
+    for metric in metrics:  # the console's narrowed; comparison.md's whole
+        rows, note = console_table(groups, names, metric)
         print()
-        print(text_table(table))
+        print(text_table(rows))
+        print(console_lines(note))
     return tables

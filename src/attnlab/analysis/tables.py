@@ -58,3 +58,24 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 def sig3(text: str) -> str:
     """Every number of a cell to 3 significant digits: 1.388 [1.226, 1.549] -> 1.39 [1.23, 1.55]."""
     return _NUMBER.sub(lambda m: f"{float(m.group()):.3g}", text)
+
+
+CONSOLE_WIDTH = 120
+
+
+def fit_console(rows: list[list[str]], n_keys: int) -> tuple[list[list[str]], str | None]:
+    """A table whose first n_keys columns name the arm, narrowed for the console: as it is when
+    its text fits CONSOLE_WIDTH; else those columns merged into one, "arm", the values joined
+    by '/', and the note that says which keys they are (None when nothing was merged)."""
+    if n_keys < 2 or max(map(len, text_table(rows).splitlines())) <= CONSOLE_WIDTH:
+        return rows, None
+    merged = [["arm", *rows[0][n_keys:]]]
+    merged += [["/".join(r[:n_keys]), *r[n_keys:]] for r in rows[1:]]
+    return merged, "arm: " + "/".join(rows[0][:n_keys])
+
+
+def console_lines(text: str) -> str:
+    """Prose for the console wrapped at CONSOLE_WIDTH (continuation lines indented)."""
+    import textwrap
+
+    return textwrap.fill(text, CONSOLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False)

@@ -77,7 +77,7 @@ from attnlab.analysis.runs import (
     load_run,
     trials_without_results,
 )
-from attnlab.analysis.tables import markdown_table, text_table
+from attnlab.analysis.tables import console_lines, fit_console, markdown_table, text_table
 from attnlab.cli.compare_args import build_parser
 from attnlab.sweeps.search_report import search_views
 
@@ -118,10 +118,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return err.code
     table = report.comparison_table(c.groups, c.keys, c.headline, c.tests)
+    print_console(c, table, args)
+    written = write_report(out, table, c, args)
+    written += search_views(args.paths, out)  # a searched sweep's best trial, importance...
+    inside = [p.name for p in written if p.parent == out]
+    elsewhere = [str(p) for p in written if p.parent != out]
+    print(console_lines(f"wrote to {out}: " + ", ".join(inside + elsewhere)))
+    return 0 if view is None else _save_view(view)
+
+
+def print_console(c: Comparison, table: list[list[str]], args: argparse.Namespace) -> None:
+    """The comparison on the console, each table and line under 120 columns where it can be
+    (comparison.md keeps the whole tables)."""
     mixed = sources(c.runs)
     if len(mixed) > 1:
-        print(f"note: these runs come from {len(mixed)} multiruns or sweeps: " + "; ".join(mixed))
-    print(c.title)
+        print(console_lines(f"note: these runs come from {len(mixed)} multiruns or sweeps: "
+                            + "; ".join(mixed)))  # fmt: skip
+    print(console_lines(c.title))
     shown = table if args.all else report.comparison_table(c.groups, c.keys, c.headline, [])
     if c.lr is None or args.all:
         print(text_table(shown))
@@ -134,22 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         if metric != c.headline and not args.all:
             continue
         print()
-        print(statistics_title(metric, c, args.paired))
-        narrow, note = report.console_statistics(rows)  # comparison.md has the whole table
+        print(console_lines(statistics_title(metric, c, args.paired)))
+        narrow, note = report.console_statistics(rows)
+        narrow, arms = fit_console(narrow, narrow[0].index("n"))
         print(text_table(narrow))
-        if note:
-            print(note)
+        for line in (arms, note):
+            if line:
+                print(console_lines(line))
     for line in c.budget_notes():
-        print(line)
+        print(console_lines(line))
     hidden = [m for m in c.statistics if m != c.headline]
     if hidden and not args.all:
         print(f"\n({len(hidden)} more metrics' tables in comparison.md; --all prints them)")
     for path, err in c.unreadable:
         print(f"could not read {path}: {err}")
-    written = write_report(out, table, c, args)
-    written += search_views(args.paths, out)  # a searched sweep's best trial, importance...
-    print("wrote " + ", ".join(str(p) for p in written))
-    return 0 if view is None else _save_view(view)
 
 
 def _wandb_view(args: argparse.Namespace, c: Comparison):
