@@ -337,3 +337,23 @@ def test_tinyshakespeare_finds_plain_or_gzip_and_downloads_when_missing(tmp_path
     missing = TinyShakespeareDataModule(root=str(tmp_path / "none"), download=False)
     with pytest.raises(FileNotFoundError, match=r"none/input.txt \(or input.txt.gz\) is missing"):
         missing.prepare_data()
+
+
+def test_multi30k_offline_without_its_files_is_one_line_before_training(tmp_path, monkeypatch,
+                                                                         compose):  # fmt: skip
+    """experiment=multi30k_cpu on a fresh machine without network: the build refuses in one line
+    that names the missing file, where to place it and data.root (it was a traceback)."""
+    from attnlab.pipeline.build import ConfigRefused, build
+
+    def offline(url, timeout=None):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    cfg = compose(["experiment=multi30k_cpu"])
+    cfg.paths.run_dir = str(tmp_path / "run")  # as attnlab-train's Hydra run sets it
+    with pytest.raises(ConfigRefused) as refused:
+        build(cfg, tmp_path / "run")
+    [line] = refused.value.problems
+    assert "multi30k/train.en.gz is missing and could not be downloaded" in line
+    assert "without network access, place the file at" in line and "data.root" in line

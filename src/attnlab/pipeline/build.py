@@ -63,6 +63,8 @@ def build(cfg, run_dir: Path | None = None, dry: bool = False, local: bool = Tru
     if not isinstance(cfg, dict) and dry:  # composed without a Hydra run: no output directory
         cfg = cfg.copy()
         cfg.paths.run_dir = str(run_dir or "<run_dir>")  # never written to
+    from attnlab.data.download import DownloadError
+
     plain = cfg if isinstance(cfg, dict) else plain_config(cfg)
     try:
         return _build(plain, run_dir, dry, local)
@@ -70,6 +72,8 @@ def build(cfg, run_dir: Path | None = None, dry: bool = False, local: bool = Tru
         raise
     except ValueError as err:  # a constructor's own one-line refusal
         raise ConfigRefused(str(err)) from None
+    except DownloadError as err:  # data a run needs, missing and out of reach (offline)
+        raise ConfigRefused(f"{err} (or set data.root to a folder that holds it)") from None
 
 
 def _build(plain: dict, run_dir: Path | None, dry: bool, local: bool) -> Built:
