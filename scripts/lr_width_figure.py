@@ -123,6 +123,28 @@ def gaps(found: dict, reference: str, upto: float) -> list[list[str]]:
     return rows
 
 
+def changes(found: dict, upto: float) -> list[list[str]]:
+    """Each arm's own sensitivity change from the narrowest width to the widest, per seed:
+    difference, 95% interval, p (Welch's, or the exact test where one side has no spread) and
+    the smallest change the seeds could detect (MDD, 80% power)."""
+    from attnlab.analysis import stats
+
+    widths = sorted({w for _, w in found})
+    rows = [["arm", "range", f"change {widths[0]} -> {widths[-1]} [95% CI]", "p", "MDD"]]
+    for arm in sorted({a for a, _ in found}):
+        for index, name in ((0, "grid"), (1, f"up to {upto:g}")):
+            first, last = found.get((arm, widths[0])), found.get((arm, widths[-1]))
+            if len(widths) < 2 or not (first and last and first[index] and last[index]):
+                continue
+            a = list(last[index].sensitivity.values())
+            b = list(first[index].sensitivity.values())
+            d = stats.welch(a, b)  # exact where one side has no spread
+            ci = f"{d.diff:.3g} [{d.ci[0]:.3g}, {d.ci[1]:.3g}]"
+            mdd = "" if d.mdd is None else f"{d.mdd:.2g}"
+            rows.append([arm, name, ci, stats.fmt_p(d.p), mdd])
+    return rows
+
+
 def plot(found: dict, upto: float, path: Path) -> None:
     import matplotlib
 
@@ -209,6 +231,8 @@ def main() -> int:
         runs = [r for r in runs if float(r.config.get(RATE, 0)) <= args.max_rate * (1 + 1e-9)]
     found = readings(runs, args.upto, args.tol)
     print(text_table(table(found, args.upto)))
+    print("\neach arm's own change with width (per seed):")
+    print(text_table(changes(found, args.upto)))
     reference = "norm_position=pre, warmup_steps=300, qk_norm=true"  # Wortsman et al.'s flat arm
     if any(a == reference for a, _ in found):
         print(f"\neach arm's sensitivity minus {reference}'s (per seed, Welch intervals):")
