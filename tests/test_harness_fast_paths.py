@@ -162,3 +162,41 @@ def test_mixed_precision_on_a_gpu_trains_like_32_true(compose, tmp_path, precisi
     assert mixed["status"] == "completed"
     for key in ("train/loss", "val/loss"):
         assert mixed["metrics"][key] == pytest.approx(full["metrics"][key], rel=0.05), key
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_padding_batches_to_a_multiple_changes_only_their_shape(arch):
+    """data.pad_to_multiple=8 (fewer shapes for a compiled model): the same pairs collated to
+    lengths rounded up to 8 give the same loss and gradients as to their longest row, up to float
+    rounding (the extra positions are pads, masked as keys and never a target)."""
+    from attnlab.data.pairs import pair_collate
+    from attnlab.model import Transformer, TransformerConfig
+    from attnlab.training.losses import label_smoothed_nll
+
+    torch.manual_seed(0)
+    lengths = [(5, 7), (9, 3), (2, 11)]  # (source, target): no batch length a multiple of 8
+    examples = [
+        {"src": [*torch.randint(4, 40, (s,)).tolist(), 2], "src_text": "", "tgt_text": "",
+         "tgt": torch.randint(4, 40, (t,)).tolist()}
+        for s, t in lengths
+    ]  # fmt: skip
+    model = Transformer(TransformerConfig(
+        vocab_size=41, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
+        dropout=0.0, arch=arch, skip_padding=False))  # fmt: skip
+    results = []
+    for multiple in (1, 8):
+        batch = pair_collate(arch, sep_id=40, multiple=multiple)(examples)
+        if arch == "encoder_decoder":
+            logits, targets = model(batch["src"], batch["tgt_in"]), batch["tgt_out"]
+        else:
+            logits, targets = model(batch["tokens"]), batch["targets"]
+        shape = targets.shape
+        model.zero_grad()
+        loss = label_smoothed_nll(logits, targets, 0.1, 0)[0]
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((shape, loss.detach(), grads))
+    (shape1, loss1, grads1), (shape8, loss8, grads8) = results
+    assert shape8[1] % 8 == 0 and shape8[1] > shape1[1]
+    assert loss8 == pytest.approx(loss1.item(), rel=1e-6)
+    torch.testing.assert_close(grads8, grads1, rtol=1e-5, atol=1e-7)

@@ -25,12 +25,13 @@ from attnlab.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def padded(
-    rows: Sequence[Sequence[int]] | Sequence[torch.Tensor], pad_id: int = PAD_ID
+    rows: Sequence[Sequence[int]] | Sequence[torch.Tensor], pad_id: int = PAD_ID, multiple: int = 1
 ) -> torch.Tensor:
-    """(B, longest row) long tensor of `rows` (lists of ids or 1-D tensors), right-padded with
-    `pad_id`."""
+    """(B, L) long tensor of `rows` (lists of ids or 1-D tensors), right-padded with `pad_id`; L
+    is the longest row rounded up to a multiple of `multiple`."""
     lens = torch.tensor([len(r) for r in rows], dtype=torch.long)
-    out = torch.full((len(rows), max(lens.tolist(), default=0)), pad_id, dtype=torch.long)
+    longest = max(lens.tolist(), default=0)
+    out = torch.full((len(rows), -(-longest // multiple) * multiple), pad_id, dtype=torch.long)
     if rows and isinstance(rows[0], torch.Tensor):
         flat = torch.cat(list(rows))
     else:
@@ -38,18 +39,23 @@ def padded(
     return out.masked_scatter_(torch.arange(out.shape[1]) < lens[:, None], flat)  # row-major
 
 
-def seq2seq_pairs(xs: Sequence[Sequence[int]], ys: Sequence[Sequence[int]]) -> dict:
-    """src = x + [EOS] (B, S); tgt_in = [BOS] + y, tgt_out = y + [EOS] (B, T); PAD-padded."""
+def seq2seq_pairs(
+    xs: Sequence[Sequence[int]], ys: Sequence[Sequence[int]], multiple: int = 1
+) -> dict:
+    """src = x + [EOS] (B, S); tgt_in = [BOS] + y, tgt_out = y + [EOS] (B, T); PAD-padded, S and
+    T rounded up to a multiple of `multiple`."""
     return {
-        "src": padded([[*x, EOS_ID] for x in xs]),
-        "tgt_in": padded([[BOS_ID, *y] for y in ys]),
-        "tgt_out": padded([[*y, EOS_ID] for y in ys]),
+        "src": padded([[*x, EOS_ID] for x in xs], multiple=multiple),
+        "tgt_in": padded([[BOS_ID, *y] for y in ys], multiple=multiple),
+        "tgt_out": padded([[*y, EOS_ID] for y in ys], multiple=multiple),
     }
 
 
-def lm_pairs(xs: Sequence[Sequence[int]], ys: Sequence[Sequence[int]], sep_id: int) -> dict:
+def lm_pairs(
+    xs: Sequence[Sequence[int]], ys: Sequence[Sequence[int]], sep_id: int, multiple: int = 1
+) -> dict:
     """[BOS] x [SEP] y [EOS] as tokens (B, T) and targets (B, T) shifted by one, the targets PAD
-    over the prompt; prompt_len (B,) = |x| + 2."""
+    over the prompt; prompt_len (B,) = |x| + 2; T rounded up to a multiple of `multiple`."""
     tokens, targets, prompt_len = [], [], []
     for x, y in zip(xs, ys, strict=True):
         prompt, answer = [BOS_ID, *x, sep_id], [*y, EOS_ID]
@@ -57,25 +63,30 @@ def lm_pairs(xs: Sequence[Sequence[int]], ys: Sequence[Sequence[int]], sep_id: i
         targets.append([PAD_ID] * (len(prompt) - 1) + answer)
         prompt_len.append(len(prompt))
     return {
-        "tokens": padded(tokens),
-        "targets": padded(targets),
+        "tokens": padded(tokens, multiple=multiple),
+        "targets": padded(targets, multiple=multiple),
         "prompt_len": torch.tensor(prompt_len),
     }
 
 
-def collate_pairs(examples: Sequence[dict], sep_id: int | None = None) -> dict:
+def collate_pairs(examples: Sequence[dict], sep_id: int | None = None, multiple: int = 1) -> dict:
     """Examples {src: x + [EOS], tgt: y, src_text, tgt_text} (attnlab.data.text's
     ParallelTextDataset) as one batch: seq2seq pairs, or with `sep_id` one decoder-only sequence
-    each; the raw texts kept (BLEU's references)."""
+    each, lengths rounded up to a multiple of `multiple`; the raw texts kept (BLEU's
+    references)."""
     xs = [e["src"][:-1] for e in examples]  # without the EOS the dataset ends sources with
     ys = [e["tgt"] for e in examples]
-    batch = seq2seq_pairs(xs, ys) if sep_id is None else lm_pairs(xs, ys, sep_id)
+    if sep_id is None:
+        batch = seq2seq_pairs(xs, ys, multiple)
+    else:
+        batch = lm_pairs(xs, ys, sep_id, multiple)
     batch["src_text"] = [e["src_text"] for e in examples]
     batch["tgt_text"] = [e["tgt_text"] for e in examples]
     return batch
 
 
-def pair_collate(arch: str, sep_id: int) -> Callable[[Sequence[dict]], dict]:
+def pair_collate(arch: str, sep_id: int, multiple: int = 1) -> Callable[[Sequence[dict]], dict]:
     """The collate of sentence pairs for a model.arch=`arch` (sep_id: the decoder-only format's
-    separator)."""
-    return partial(collate_pairs, sep_id=sep_id if task_for_arch(arch) == "lm" else None)
+    separator), lengths rounded up to a multiple of `multiple`."""
+    sep = sep_id if task_for_arch(arch) == "lm" else None
+    return partial(collate_pairs, sep_id=sep, multiple=multiple)

@@ -43,6 +43,8 @@ class TranslationDataModule(TokenizedDataModule):
     max_src_len / max_tgt_len: training pairs longer than this (in tokens, counting EOS / BOS)
     are dropped (count in `n_filtered`); evaluation pairs are truncated instead.
     eval_max_tokens: token budget of validation / test batches (default: max_tokens).
+    pad_to_multiple: every batch's lengths rounded up to a multiple of it (fewer shapes for a
+    compiled model; padding is masked, so the loss is the same; the budgets count real lengths).
     arch: the model's: "encoder_decoder" batches sentence pairs (task "seq2seq"), "decoder_only"
     one sequence per pair (task "lm"), whose separator `sep_id` is one id past the tokenizer's.
     """
@@ -59,6 +61,7 @@ class TranslationDataModule(TokenizedDataModule):
         }  # Multi30kDataModule: from its root instead
         self.eval_max_tokens = o.eval_max_tokens or o.max_tokens
         self.max_src_len, self.max_tgt_len = o.max_src_len, o.max_tgt_len
+        self.pad_to_multiple = o.pad_to_multiple
         self.arch, self.task = o.arch, task_for_arch(o.arch)
         self.datasets: dict[str, ParallelTextDataset] = {}
 
@@ -71,6 +74,7 @@ class TranslationDataModule(TokenizedDataModule):
             choice_problem("data.arch", args["arch"], tuple(TASK_OF_ARCH)),
             integer_problem("data.max_src_len", args["max_src_len"], 2),
             integer_problem("data.max_tgt_len", args["max_tgt_len"], 2),
+            integer_problem("data.pad_to_multiple", args["pad_to_multiple"], 1),
             None
             if eval_max_tokens is None
             else integer_problem("data.eval_max_tokens", eval_max_tokens, 1),
@@ -193,7 +197,7 @@ class TranslationDataModule(TokenizedDataModule):
     @property
     def collate(self):
         """The collate of this module's batch format (attnlab.data.pairs)."""
-        return pair_collate(self.arch, self.tokenizer.vocab_size)
+        return pair_collate(self.arch, self.tokenizer.vocab_size, self.pad_to_multiple)
 
     def _dataloader(self, split: str) -> DataLoader:
         return self._loader(self._dataset(split), self._sampler(split), self.collate)
