@@ -253,4 +253,14 @@ def test_a_console_table_wider_than_120_merges_its_arm_columns_and_says_which():
     assert max(map(len, text_table(narrow).splitlines())) <= CONSOLE_WIDTH
     fits = [r[:2] + r[4:] for r in rows]
     assert fit_console(fits, 2) == (fits, None)  # one that fits is left as it is
-    assert fit_console([["a", "b"], ["x" * 200, "y"]], 1)[1] is None  # one key: nothing merged
+    wide = [["pos_encoding", "n", "mean [95% CI]", "diff [95% CI]", "verdict"],
+            ["learned", "3", "2.07e-05 [2.45e-06, 3.89e-05]", "7.32e-06 [-1.03e-05, 2.5e-05]",
+             "not detected, MDD 2.33e-05 (†)" + " " * 40]]  # fmt: skip
+    fitted, note = fit_console(wide, 1)  # one key: nothing to merge, so 2 significant digits
+    assert fitted[1][:4] == [
+        "learned",
+        "3",
+        "2.1e-05 [2.4e-06, 3.9e-05]",
+        "7.3e-06 [-1e-05, 2.5e-05]",
+    ]
+    assert note == "figures to 2 significant digits (comparison.md has them all)"

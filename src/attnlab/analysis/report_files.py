@@ -8,7 +8,7 @@ from pathlib import Path
 from attnlab.analysis import lr_sweep, report
 from attnlab.analysis.groups import group_label, short_names
 from attnlab.analysis.run_table import write_runs_csv
-from attnlab.analysis.tables import console_lines, text_table
+from attnlab.analysis.tables import console_lines, fit_console, text_table
 
 
 def statistics_title(metric: str, c, paired: bool) -> str:
@@ -94,7 +94,8 @@ def _extrapolation(out: Path, groups, names, written: list[Path]) -> list[list[l
     tables = [extrapolation_table(groups, names, metric) for metric in metrics]
     for metric in metrics:  # the console's narrowed; comparison.md's whole
         rows, note = console_table(groups, names, metric)
+        rows, fitted = fit_console(rows, 1)
         print()
         print(text_table(rows))
-        print(console_lines(note))
+        print(console_lines(note + (f"; {fitted}" if fitted else "")))
     return tables

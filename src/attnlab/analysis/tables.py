@@ -64,14 +64,33 @@ CONSOLE_WIDTH = 120
 
 
 def fit_console(rows: list[list[str]], n_keys: int) -> tuple[list[list[str]], str | None]:
-    """A table whose first n_keys columns name the arm, narrowed for the console: as it is when
-    its text fits CONSOLE_WIDTH; else those columns merged into one, "arm", the values joined
-    by '/', and the note that says which keys they are (None when nothing was merged)."""
-    if n_keys < 2 or max(map(len, text_table(rows).splitlines())) <= CONSOLE_WIDTH:
+    """A table whose first n_keys columns name the arm, narrowed for the console until its text
+    fits CONSOLE_WIDTH: as it is when it fits; else those columns merged into one, "arm", the
+    values joined by '/'; and if that is still too wide, the figures of the other cells to 2
+    significant digits. The note says what was done (None when nothing was)."""
+
+    def fits(table: list[list[str]]) -> bool:
+        return max(map(len, text_table(table).splitlines())) <= CONSOLE_WIDTH
+
+    if fits(rows):
         return rows, None
-    merged = [["arm", *rows[0][n_keys:]]]
-    merged += [["/".join(r[:n_keys]), *r[n_keys:]] for r in rows[1:]]
-    return merged, "arm: " + "/".join(rows[0][:n_keys])
+    notes = []
+    if n_keys >= 2:
+        notes.append("arm: " + "/".join(rows[0][:n_keys]))
+        rows = [["arm", *rows[0][n_keys:]]] + [
+            ["/".join(r[:n_keys]), *r[n_keys:]] for r in rows[1:]
+        ]
+        n_keys = 1
+    if not fits(rows):
+        two = [[*r[: max(n_keys, 1)], *(_NUMBER.sub(_sig2, c) for c in r[max(n_keys, 1) :])]
+               for r in rows[1:]]  # fmt: skip
+        rows = [rows[0], *two]
+        notes.append("figures to 2 significant digits (comparison.md has them all)")
+    return rows, "; ".join(notes)
+
+
+def _sig2(match: re.Match) -> str:
+    return f"{float(match.group()):.2g}"
 
 
 def console_lines(text: str) -> str:
