@@ -309,7 +309,10 @@ def test_each_unnamed_multirun_gets_its_own_dated_folder(tiny_run, tmp_path, cap
         assert (folder / "multirun.yaml").is_file()
     assert compare.main([str(root), "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
-    assert f"note: these runs come from 2 multiruns or sweeps: {folders[0]}; {folders[1]}" in out
+    assert (
+        f"note: these runs come from 2 multiruns or sweeps:\n  {folders[0]}\n  {folders[1]}\n"
+        in out
+    )
 
 
 def _plain_module_class():

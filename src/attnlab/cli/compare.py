@@ -132,8 +132,9 @@ def print_console(c: Comparison, table: list[list[str]], args: argparse.Namespac
     (comparison.md keeps the whole tables)."""
     mixed = sources(c.runs)
     if len(mixed) > 1:
-        print(console_lines(f"note: these runs come from {len(mixed)} multiruns or sweeps: "
-                            + "; ".join(mixed)))  # fmt: skip
+        print(f"note: these runs come from {len(mixed)} multiruns or sweeps:")  # one a line
+        for source in mixed:
+            print(f"  {source}")
     print(console_lines(c.title))
     shown = table if args.all else report.comparison_table(c.groups, c.keys, c.headline, [])
     if c.lr is None or args.all:
