@@ -677,3 +677,47 @@ def test_a_retried_attempt_is_no_competitor_of_the_pruner(blind):
     _, _, again = studies_.next_trial([study], [{}], 10, {}, lambda arm: searched)
     assert again.user_attrs[studies_.ATTR_RETRY_OF] == attempt.number
     assert validate(study.ask(searched), 0.8) is not blind
+
+
+def test_a_draw_index_is_unique_whatever_order_trials_are_taken_back_in():
+    """Worker B creates trial 1 while worker A's retry of trial 0 (trial 2) is enqueued before B
+    draws: B's index is 1, not 0 (trial 0's). Retries and trials over the cap never draw; a
+    crash shifts no later index (trial 3 draws as the uncrashed search's trial 2 would)."""
+    from types import SimpleNamespace
+
+    from attnlab.sweeps.study import ATTR_OVER_CAP, draw_index
+
+    def t(number, state, **attrs):
+        return SimpleNamespace(number=number, state=SimpleNamespace(name=state), user_attrs=attrs)
+
+    trials = [t(0, "FAIL"), t(1, "RUNNING"), t(2, "WAITING", **{ATTR_RETRY_OF: 0})]
+    assert [draw_index(trials, n) for n in (0, 1)] == [0, 1]
+    trials += [t(3, "RUNNING"), t(4, "FAIL", **{ATTR_OVER_CAP: True}), t(5, "RUNNING")]
+    assert [draw_index(trials, n) for n in (3, 5)] == [2, 3]
+
+
+def test_the_last_validation_is_reported_never_judged_and_leaves_no_decision(tmp_path):
+    """A run's last validation completes it: TrialReporter reports it, asks no pruner and writes
+    no pruning decision, even where the pruner would stop it (here, far behind a finished trial);
+    the same value one validation earlier is pruned, and the decision is written."""
+    from attnlab.runs.optuna_link import ATTR_PRUNED_AT, TrialReporter, make_pruner
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    spec = {"min_resource": 1, "reduction_factor": 2, "last_step": None}
+    study = optuna.create_study(study_name="s", storage=storage, pruner=make_pruner(spec))
+    searched = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1)}
+    for value in (0.1, 0.2):
+        done = study.ask(searched)
+        done.report(value, 0)
+        done.report(value, 1)
+        done.should_prune()
+        study.tell(done, value)
+    outcomes = {}
+    for final in (True, False):
+        trial = study.ask(searched)
+        reporter = TrialReporter(TrialLink(storage, "s", trial.number, "val/nll", spec))
+        outcomes[final] = (reporter.report(9.0, 0, final=False), reporter.report(9.0, 1, final))
+        frozen = study.get_trials(deepcopy=False)[trial.number]
+        outcomes[final] += (frozen.user_attrs.get(ATTR_PRUNED_AT),)
+    assert outcomes[True] == (False, False, None)
+    assert outcomes[False] == (False, True, 1)

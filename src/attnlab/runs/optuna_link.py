@@ -114,6 +114,8 @@ class _StudyWithoutRetried:
         self._study = study
 
     def __getattr__(self, name: str):
+        if name.startswith("__") or name == "_study":  # copy and pickle: not delegated
+            raise AttributeError(name)
         return getattr(self._study, name)
 
     def get_trials(self, deepcopy: bool = True, states=None) -> list:
@@ -145,7 +147,8 @@ class TrialReporter:
     """What a searched run does at each validation, without Lightning (attnlab.training.pruning
     wraps it): report the metric to the link's trial and ask whether to stop. Nothing is pruned
     after the pruner's last step, nor until a trial of the study has completed (every search has
-    at least one trial run to its end, the reference the others are judged against). A retry of
+    at least one trial run to its end, the reference the others are judged against), nor at the
+    run's last validation (`final`: the run is done, and a finished run completes). A retry of
     an attempt the pruner had stopped (the crash fell between the decision and the run's end)
     stops at its first validation without reporting it. A trial the sweep took back (its worker
     was gone; a new run of it may use this run directory) raises TakenBack."""
@@ -156,10 +159,10 @@ class TrialReporter:
         self._decided = False  # the pruner stopped this trial (or the attempt it retries)
         self._study_completed = False  # a trial of the study has completed (asked until so)
 
-    def report(self, value: float, step: int) -> bool:
-        """Report `value` at validation `step` (from 0); True: the pruner stops the run."""
+    def report(self, value: float, step: int, final: bool = False) -> bool:
+        """Report `value` at validation `step` (from 0); True: the pruner stops the run (or had
+        stopped the attempt this trial retries)."""
         from optuna.exceptions import UpdateFinishedTrialError
-        from optuna.trial import TrialState
 
         if self._trial is None:
             self._trial = open_trial(self.link)
@@ -167,11 +170,16 @@ class TrialReporter:
         if self._decided:
             return True
         try:
-            self._trial.report(value, step)
+            return self._report(value, step, final)
         except UpdateFinishedTrialError:
             raise TakenBack(f"{self.link.study} trial {self.link.trial} was taken back") from None
+
+    def _report(self, value: float, step: int, final: bool) -> bool:
+        from optuna.trial import TrialState
+
+        self._trial.report(value, step)
         last = (self.link.pruner or {}).get("last_step")
-        if last is not None and step > last:
+        if final or (last is not None and step > last):
             return False
         if not self._study_completed:
             study = self._trial.study
@@ -179,7 +187,7 @@ class TrialReporter:
                 study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             )
         if self._study_completed and self._trial.should_prune():
-            self._trial.set_user_attr(ATTR_PRUNED_AT, step)
+            self._trial.set_user_attr(ATTR_PRUNED_AT, step)  # before the run stops
             self._decided = True
             return True
         return False

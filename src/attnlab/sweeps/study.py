@@ -74,9 +74,19 @@ def open_studies(config: dict, storage_url: str, names: Sequence[str], seed: int
 
 
 def draw_index(trials, number: int) -> int:
-    """The index of trial `number`'s draw in its study: the trials before it that count (a retry
-    takes its attempt's place, a trial over the cap none), so a crash shifts no later draw."""
-    return len([t for t in counted(trials) if t.number < number])
+    """The index of trial `number`'s draw in its study: the trials before it that drew, that is
+    all but the retries (enqueued with their attempt's values, ATTR_RETRY_OF set when they are
+    created) and those over the cap. A crash shifts no later draw, and whatever order workers
+    ask and take trials back in, no two trials get one index (trial numbers are unique)."""
+    return len(
+        [
+            t
+            for t in trials
+            if t.number < number
+            and t.user_attrs.get(ATTR_RETRY_OF) is None
+            and not t.user_attrs.get(ATTR_OVER_CAP)
+        ]
+    )
 
 
 class DrawSeeded:
@@ -102,6 +112,8 @@ class DrawSeeded:
         self.sampler.before_trial(study, trial)
 
     def __getattr__(self, name: str):  # infer_relative_search_space, sample_*, after_trial...
+        if name.startswith("__") or name == "sampler":  # copy and pickle: not delegated
+            raise AttributeError(name)
         return getattr(self.sampler, name)
 
 
@@ -206,7 +218,8 @@ def carry_progress(study, trial) -> None:
     judged the uncrashed trial, not again at rungs already passed with a later value. An attempt
     the pruner had stopped (ATTR_PRUNED_AT) passes the decision on: its retry stops at once. (The
     failed attempt keeps its rung values; the pruner does not count it among the competitors:
-    attnlab.runs.optuna_link.make_pruner.)"""
+    attnlab.runs.optuna_link.make_pruner.) Not covered: a crash in the moment between the pruner
+    writing a rung and the run writing its decision leaves that rung looking passed."""
     retried = trial.user_attrs.get(ATTR_RETRY_OF)
     first = [t for t in study.get_trials(deepcopy=False) if t.number == retried]
     if not first:

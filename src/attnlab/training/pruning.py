@@ -49,21 +49,21 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
         )
         if trainer.is_global_zero:
             metric = trainer.callback_metrics.get(self.link.metric)
-            prune = self._report(metric, step) and not last
+            prune = self._report(metric, step, last)
         if trainer.world_size > 1:
             prune = trainer.strategy.broadcast(prune)
         if prune:
             self.pruned_at = step
             trainer.should_stop = True
 
-    def _report(self, value, step: int) -> bool:
+    def _report(self, value, step: int, last: bool) -> bool:
         if value is None:
             return False
         value = float(value)
         if not math.isfinite(value):
             return False  # a diverged run ends as "diverged"; Optuna refuses NaN values
         try:
-            return self.reporter.report(value, step)
+            return self.reporter.report(value, step, final=last)
         except TakenBack as taken:
             # The sweep took this trial back (its worker was gone) and enqueued it again: a new
             # run of it may already use this run directory. Leave at once, writing nothing.
