@@ -55,9 +55,10 @@ def markdown_table(rows: list[list[str]]) -> str:
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
-def sig3(text: str) -> str:
-    """Every number of a cell to 3 significant digits: 1.388 [1.226, 1.549] -> 1.39 [1.23, 1.55]."""
-    return _NUMBER.sub(lambda m: f"{float(m.group()):.3g}", text)
+def sig3(text: str, digits: int = 3) -> str:
+    """Every number of a cell to 3 (`digits`) significant digits: 1.388 [1.226, 1.549] -> 1.39
+    [1.23, 1.55]."""
+    return _NUMBER.sub(lambda m: f"{float(m.group()):.{digits}g}", text)
 
 
 CONSOLE_WIDTH = 120
@@ -82,15 +83,9 @@ def fit_console(rows: list[list[str]], n_keys: int) -> tuple[list[list[str]], st
         ]
         n_keys = 1
     if not fits(rows):
-        two = [[*r[: max(n_keys, 1)], *(_NUMBER.sub(_sig2, c) for c in r[max(n_keys, 1) :])]
-               for r in rows[1:]]  # fmt: skip
-        rows = [rows[0], *two]
+        rows = [rows[0], *([*r[:1], *(sig3(c, 2) for c in r[1:])] for r in rows[1:])]
         notes.append("figures to 2 significant digits (comparison.md has them all)")
     return rows, "; ".join(notes)
-
-
-def _sig2(match: re.Match) -> str:
-    return f"{float(match.group()):.2g}"
 
 
 def console_lines(text: str) -> str:
