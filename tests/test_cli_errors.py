@@ -84,6 +84,15 @@ BAD = [
         "trainer.max_time=soon",
         "trainer.max_time='soon' is not valid here: `Timer(duration='soon')`",
     ),
+    (
+        "module.divergence_check=sometimes",
+        "module.divergence_check='sometimes' is not valid; expected one of: every_step, "
+        "logging_steps",
+    ),
+    (
+        "module.divergence_check=logging_steps optim.foreach=true",
+        "module.divergence_check=logging_steps needs a fused optimizer",
+    ),
     ("trainer.precision=17", "trainer.precision='17' is not valid here: Precision '17' is invalid"),
 ]
 
@@ -100,7 +109,7 @@ def _preflight_error(capsys, argv: list[str]) -> str:
 
 @pytest.mark.parametrize(("override", "message"), BAD, ids=[b[0] for b in BAD])
 def test_bad_value_is_one_line_naming_the_key(capsys, override, message):
-    assert message in _preflight_error(capsys, [override])
+    assert message in _preflight_error(capsys, override.split(" "))  # one or more overrides
 
 
 def test_each_point_of_a_sweep_is_checked(capsys):

@@ -161,7 +161,7 @@ def test_a_step_that_logs_nothing_reads_one_value_back(compose, tmp_path, monkey
     quiet = [reads for logging, reads in HostReads.steps[1:-1] if not logging]
     assert len(quiet) >= 10
     for reads in quiet:
-        assert reads == ["__bool__ module.py:on_before_optimizer_step"], reads
+        assert reads == ["__bool__ gradients.py:inspect"], reads
 
 
 def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
@@ -182,7 +182,7 @@ def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
     true_norm = torch.nn.utils.clip_grad_norm_(params, 0.5)  # the reference clipping
     assert true_norm > 0.5  # so clipping changes the gradients
     module.on_before_optimizer_step(None)
-    assert module._grad_norm.item() == pytest.approx(true_norm.item(), rel=1e-6)
+    assert module._guard.norm.item() == pytest.approx(true_norm.item(), rel=1e-6)
     module.configure_gradient_clipping(None, 0.5, "norm")
     for p, clipped in zip(module.parameters(), params, strict=True):
         torch.testing.assert_close(p.grad, clipped.grad)
@@ -241,3 +241,77 @@ def test_the_loss_keeps_no_vocabulary_sized_float32_copy_for_backward():
         label_smoothed_nll(logits, targets, 0.1, 0)[0].backward()
     logits_bytes = logits.numel() * logits.element_size()
     assert sum(saved.values()) <= logits_bytes + 64 * 64, saved
+
+
+def test_with_the_deferred_divergence_check_a_quiet_step_reads_nothing_back(
+    compose, tmp_path, monkeypatch
+):
+    """module.divergence_check=logging_steps: between logging steps a training step reads no
+    value back to the host (the finiteness flag goes to the fused optimizer instead)."""
+    from attnlab.training.progress import ThrottledProgressBar
+
+    for name in READS:
+        monkeypatch.setattr(torch.Tensor, name, _counting(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(ThrottledProgressBar, "_due", lambda self, stage, i, total: False)
+    results, _ = _train(
+        compose,
+        tmp_path,
+        "trainer.max_steps=30",
+        "trainer.log_every_n_steps=10",
+        "module.divergence_check=logging_steps",
+        "+callbacks.reads._target_=test_training_speed.HostReads",
+    )
+    HostReads.current = None
+    assert results["status"] == "completed"
+    quiet = [reads for logging, reads in HostReads.steps[1:-1] if not logging]
+    assert len(quiet) >= 10
+    assert all(reads == [] for reads in quiet), quiet
+
+
+def _nan_at_step(monkeypatch, bad_step: int) -> None:
+    """The training loss (and so every gradient) NaN at global step `bad_step` only."""
+    from attnlab.training.module import TransformerModule
+
+    objective = TransformerModule._objective
+
+    def poisoned(self, batch):
+        loss, *rest = objective(self, batch)
+        if self.trainer.global_step == bad_step:
+            loss = loss * float("nan")
+        return loss, *rest
+
+    monkeypatch.setattr(TransformerModule, "_objective", poisoned)
+
+
+def test_both_divergence_checks_stop_at_the_same_step_with_the_same_weights(
+    compose, tmp_path, monkeypatch
+):
+    """A NaN loss at step 5: every_step stops in that step; logging_steps skips its update on
+    the device and stops at the next logging step (7: every 4th step). Both record step 5 as
+    the divergence and end with the weights of step 4, so their final validations are equal."""
+    _nan_at_step(monkeypatch, 5)
+    runs = {}
+    for check in ("every_step", "logging_steps"):
+        run_dir = tmp_path / check
+        ovs = ["debug=tiny", "logger=none", f"paths.run_dir={run_dir}", "trainer.max_steps=12",
+               "trainer.log_every_n_steps=4", "trainer.val_check_interval=12",
+               f"module.divergence_check={check}"]  # fmt: skip
+        runs[check] = train(compose(ovs), ovs)
+    every, deferred = runs["every_step"], runs["logging_steps"]
+    assert every["status"] == deferred["status"] == "diverged"
+    assert every["diverged_step"] == deferred["diverged_step"] == 5
+    assert every["steps"] <= 6 and deferred["steps"] == 8  # steps 0-7 ran
+    for key in ("val/loss", "val/nll", "val/token_acc"):  # the final validation's
+        assert deferred["metrics"][key] == pytest.approx(every["metrics"][key], rel=1e-6), key
+
+
+def test_without_a_divergence_both_checks_train_the_same_run(compose, tmp_path):
+    """The fused optimizer given found_inf = 0 every step makes the same updates."""
+    runs = {}
+    for check in ("every_step", "logging_steps"):
+        ovs = ["debug=tiny", "logger=none", f"paths.run_dir={tmp_path / check}",
+               "trainer.max_steps=8", f"module.divergence_check={check}"]  # fmt: skip
+        runs[check] = train(compose(ovs), ovs)
+    assert runs["every_step"]["status"] == runs["logging_steps"]["status"] == "completed"
+    for key in ("train/loss", "val/loss", "test/loss", "test/token_acc"):
+        assert runs["logging_steps"]["metrics"][key] == runs["every_step"]["metrics"][key], key

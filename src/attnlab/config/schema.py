@@ -51,9 +51,13 @@ class ModuleConfig:
     """The LightningModule (attnlab.pipeline.build.build_module): `_target_` null is
     attnlab.training.module.TransformerModule, built for the data's task (attnlab.tasks);
     module._target_=pkg.MyModule trains your own: a subclass of it, or any LightningModule
-    taking the same keywords (the built model, the task, the optim and scheduler partials)."""
+    taking the same keywords (the built model, the task, the optim and scheduler partials).
+    divergence_check: how the step learns that its gradients are no longer finite
+    (attnlab.training.gradients): every_step reads the norm back each step; logging_steps
+    skips such an update on the device and reads the flag on the logging steps only."""
 
     _target_: str | None = None
+    divergence_check: str = "every_step"  # attnlab.training.gradients.DIVERGENCE_CHECKS
 
 
 @dataclass

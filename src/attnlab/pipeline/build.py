@@ -245,6 +245,7 @@ def build_module(plain: dict, datamodule, model_config, dry: bool = False):
         max_steps=plain["trainer"]["max_steps"],
         exact_match=exact_match_enabled(plain, datamodule),
         compile=bool(plain["model"].get("compile", False)),
+        divergence_check=plain["module"].get("divergence_check", "every_step"),
     )
 
 

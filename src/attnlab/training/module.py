@@ -35,11 +35,12 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
-from attnlab.problems import choice_problem, number_problem, raise_first
 from attnlab.tasks import task_named
 from attnlab.tasks.base import Task
+from attnlab.training.arguments import check_arguments
 from attnlab.training.compat import as_today
 from attnlab.training.diagnostics import layer_grad_norms, layer_parameters, probe
+from attnlab.training.gradients import GradientGuard
 from attnlab.training.hooks import SkipEmptyHooks
 from attnlab.training.losses import (
     fused_output_nll,
@@ -48,8 +49,7 @@ from attnlab.training.losses import (
     z_loss,
 )
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
-from attnlab.training.optimizer import check_optimizer, optimizer_from_config
-from attnlab.training.options import LOSS_NORMALIZATIONS
+from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.schedules import lr_lambda, peak_of, schedule_from_config
 from attnlab.training.specs import as_spec
 
@@ -93,9 +93,12 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         exact_match: bool = True,
         compile: bool = False,
         task: Task | str | None = None,
+        divergence_check: str = "every_step",
     ) -> None:
         super().__init__()
-        _check_arguments(optim, label_smoothing, z_loss, loss_normalize, fused_output)
+        check_arguments(
+            optim, label_smoothing, z_loss, loss_normalize, fused_output, divergence_check
+        )
         if isinstance(model, Transformer):
             self.model, self.config = model, model.config
         else:  # a checkpoint's plain hyper-parameters, perhaps an older version's
@@ -137,7 +140,7 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         self._window_tokens: list[Tensor] = []  # target tokens of the steps since the last log
         self._window_start, self._paused = time.perf_counter(), 0.0  # its start, time in val
         self._validation_start = 0.0
-        self._grad_norm: Tensor | None = None
+        self._guard = GradientGuard(self.hparams.divergence_check)
         self._param_list: list[nn.Parameter] | None = None
         self._layer_list: list | None = None
         self._probe: dict | None = None  # the first validation batch: the diagnostics' input
@@ -260,44 +263,42 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         """16-mixed's GradScaler, or None."""
         return getattr(self.trainer.precision_plugin, "scaler", None)
 
-    def _diverge(self) -> None:
-        """A non-finite loss or gradient: stop within this step; status "diverged"."""
+    def _diverge(self, step: int | None = None) -> None:
+        """A non-finite loss or gradient (at `step`, default this one): stop; status
+        "diverged"."""
         self.diverged = True
-        self.diverged_step = int(self.trainer.global_step)
+        self.diverged_step = int(self.trainer.global_step) if step is None else step
         self.trainer.should_stop = True
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        """The gradient norm before clipping, in one fused (foreach) reduction: logged, reused
-        by the clipping below, and checked once for finiteness (a NaN or inf loss makes it
-        non-finite too). A non-finite norm drops the gradients (Adam skips parameters without
-        one) and stops the run. Under 16-mixed the scaler skips such steps itself."""
-        self._grad_norm = None
-        grads = [p.grad for p in self._params() if p.grad is not None]
-        if not grads:
-            return
-        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-        if self._grad_scaler() is None and not torch.isfinite(norm):  # the step's host sync
-            for p in self._params():
-                p.grad = None
+        """The gradient norm before clipping (training/gradients.py): logged, reused by the
+        clipping below, and the divergence guard's (module.divergence_check)."""
+        scaled = self._grad_scaler() is not None
+        step = int(self.trainer.global_step)
+        if self._guard.inspect(self._params(), optimizer, step, scaled):
             self._diverge()
             return
-        self._grad_norm = norm
-        if self._log_now:
-            self.log("diag/grad_norm", norm, on_step=True)
+        if self._log_now and self._guard.norm is not None:
+            self.log("diag/grad_norm", self._guard.norm, on_step=True)
             self._layer_list = self._layer_list or layer_parameters(self.model)  # listed once
             for name, value in layer_grad_norms(self._layer_list).items():
                 self.log(f"diag/grad_norm/{name}", value, on_step=True)
+
+    def _check_deferred_divergence(self) -> None:
+        """module.divergence_check=logging_steps: end the run at the first step whose gradient
+        norm was non-finite (its update was skipped on the device), if there was one."""
+        step = None if self.diverged else self._guard.diverged_at()
+        if step is not None:
+            self._diverge(step)
 
     def configure_gradient_clipping(
         self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
     ) -> None:
         """trainer.gradient_clip_val by norm, with the norm on_before_optimizer_step computed
         (the same clipping as torch.nn.utils.clip_grad_norm_, one norm per step instead of two)."""
-        norm = getattr(self, "_grad_norm", None)
-        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and norm is not None:
-            params = [p for p in self._params() if p.grad is not None]
-            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
-            return
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            if self._guard.clip(self._params(), gradient_clip_val):
+                return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _params(self) -> list[nn.Parameter]:
@@ -309,7 +310,10 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         """train/tokens_per_sec: target tokens (global batch) over the wall time since the last
         logged value, validation excluded; logged with the other train/ metrics."""
-        if not self._log_now or not self._window_tokens:
+        if not self._log_now:
+            return
+        self._check_deferred_divergence()  # a step that reads values back anyway
+        if not self._window_tokens:
             return
         tokens = torch.stack(self._window_tokens).sum().float()
         if self.trainer.world_size > 1:
@@ -321,6 +325,10 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
 
     def on_validation_start(self) -> None:
         self._validation_start = time.perf_counter()
+        self._check_deferred_divergence()
+
+    def on_train_end(self) -> None:
+        self._check_deferred_divergence()
 
     def on_validation_end(self) -> None:
         if not self.trainer.sanity_checking:
@@ -422,26 +430,6 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
-
-
-def _check_arguments(optim, label_smoothing, z_loss, loss_normalize, fused_output) -> None:
-    """TransformerModule's own arguments, one line naming the key (a checkpoint's optimizer, a
-    dict, was checked when its run was built)."""
-    fused_z = (
-        f"loss.fused_output=true and loss.z_loss={z_loss} cannot both be set (the fused loss "
-        "never forms the logits the z-loss needs); expected loss.z_loss=0 or "
-        "loss.fused_output=false"
-    )
-    raise_first(
-        [
-            number_problem("loss.label_smoothing", label_smoothing, 0.0, 1.0),
-            number_problem("loss.z_loss", z_loss, 0.0),
-            choice_problem("loss.normalize", loss_normalize, LOSS_NORMALIZATIONS),
-            fused_z if fused_output and z_loss else None,
-        ]
-    )
-    if isinstance(optim, functools.partial):  # a new run's
-        check_optimizer(as_spec(optim, "optim"))
 
 
 def model_from_hparams(model: dict) -> Transformer:
