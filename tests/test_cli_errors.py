@@ -85,6 +85,11 @@ BAD = [
         "trainer.max_time='soon' is not valid here: `Timer(duration='soon')`",
     ),
     (
+        "model.compile_mode=fast",
+        "model.compile_mode='fast' is not valid; expected one of: default, reduce-overhead, "
+        "max-autotune, max-autotune-no-cudagraphs",
+    ),
+    (
         "module.divergence_check=sometimes",
         "module.divergence_check='sometimes' is not valid; expected one of: every_step, "
         "logging_steps",

@@ -57,6 +57,25 @@ def test_compiled_model_checkpoints_resume_and_average_like_an_eager_one(
     assert not torch.equal(model.generator.weight, newest["model.generator.weight"])
 
 
+def test_the_compile_mode_reaches_torch_compile(compose, tmp_path, monkeypatch):
+    """model.compile_mode is torch.compile's `mode` (reduce-overhead: CUDA graphs on a GPU),
+    "default" unless set; without model.compile nothing is compiled."""
+    original, modes = torch.nn.Module.compile, []
+
+    def record(self, *args, **kwargs):
+        modes.append(kwargs.get("mode"))
+        return original(self, backend="eager")  # dynamo only: seconds, not a minute
+
+    monkeypatch.setattr(torch.nn.Module, "compile", record)
+    results = _run(
+        compose, tmp_path / "a", "model.compile=true", "model.compile_mode=reduce-overhead"
+    )
+    assert results["status"] == "completed"
+    _run(compose, tmp_path / "b", "model.compile=true")
+    _run(compose, tmp_path / "c", "model.compile_mode=max-autotune")  # not compiled: ignored
+    assert modes == ["reduce-overhead", "default"]
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_compiled_training_matches_eager_within_tolerance(compose, tmp_path):

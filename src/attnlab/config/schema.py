@@ -33,14 +33,15 @@ SYNTHETIC_SCHEMA = DATA_SCHEMAS["synthetic_data_schema"]
 # The `model` group: TransformerConfig's fields (its only declaration, attnlab.model.config)
 # minus vocab_size and pad_id, which come from the data, plus the harness's own switches
 # HARNESS_MODEL_KEYS: the preset's name, and torch.compile of the model inside the
-# LightningModule (checkpoints keep their plain keys).
-HARNESS_MODEL_KEYS = ("name", "compile")
+# LightningModule (checkpoints keep their plain keys) with its mode (torch.compile's `mode`:
+# attnlab.training.options.COMPILE_MODES; reduce-overhead adds CUDA graphs on a GPU).
+HARNESS_MODEL_KEYS = ("name", "compile", "compile_mode")
 ModelConfig = structured(
     TransformerConfig,
     "ModelConfig",
     drop=("vocab_size", "pad_id"),
     head=(("name", str, "transformer_base"),),
-    tail=(("compile", bool, False),),
+    tail=(("compile", bool, False), ("compile_mode", str, "default")),
     doc="TransformerConfig minus vocab_size and pad_id (from the data), plus the harness "
     "switches HARNESS_MODEL_KEYS.",
 )

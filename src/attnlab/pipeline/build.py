@@ -27,7 +27,7 @@ from pathlib import Path
 
 from attnlab.data.configs import planned_vocab_size
 from attnlab.data.vocab import PAD_ID
-from attnlab.problems import integer_problem, raise_first
+from attnlab.problems import choice_problem, integer_problem, raise_first
 from attnlab.training.trainer import trainer_problem
 
 
@@ -244,9 +244,19 @@ def build_module(plain: dict, datamodule, model_config, dry: bool = False):
         eos_id=datamodule.eos_id,
         max_steps=plain["trainer"]["max_steps"],
         exact_match=exact_match_enabled(plain, datamodule),
-        compile=bool(plain["model"].get("compile", False)),
+        compile=_compile_mode(plain["model"]),
         divergence_check=plain["module"].get("divergence_check", "every_step"),
     )
+
+
+def _compile_mode(model: dict) -> bool | str:
+    """The module's `compile`: False, or torch.compile's mode (model.compile_mode, checked
+    whether or not model.compile is on)."""
+    from attnlab.training.options import COMPILE_MODES
+
+    mode = model.get("compile_mode", "default")
+    raise_first([choice_problem("model.compile_mode", mode, COMPILE_MODES)])
+    return mode if model.get("compile", False) else False
 
 
 def _resume_problem(resume: str, model_config, known: bool) -> str | None:

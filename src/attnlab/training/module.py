@@ -68,7 +68,8 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
     hyper-parameters keep the plain forms (training/specs.py), so checkpoints reload with
     `load_from_checkpoint` alone, under weights_only. compile: torch.compile the model's
     forward (training and teacher-forced evaluation; greedy decoding stays eager), checkpoints
-    unchanged.
+    unchanged; True, or torch.compile's mode (training.options.COMPILE_MODES).
+    divergence_check: how a non-finite gradient is found (training/gradients.py).
 
     loss_normalize: DDP averages the ranks' gradients. With "tokens" each rank's loss is the
     mean over its own target tokens, so the average equals the global token mean only when
@@ -91,13 +92,13 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         max_steps: int | None = None,
         loss_normalize: str = "tokens_global",
         exact_match: bool = True,
-        compile: bool = False,
+        compile: bool | str = False,
         task: Task | str | None = None,
         divergence_check: str = "every_step",
     ) -> None:
         super().__init__()
         check_arguments(
-            optim, label_smoothing, z_loss, loss_normalize, fused_output, divergence_check
+            optim, label_smoothing, z_loss, loss_normalize, fused_output, divergence_check, compile
         )
         if isinstance(model, Transformer):
             self.model, self.config = model, model.config
@@ -127,7 +128,7 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
             target = as_spec(scheduler, "scheduler").get("_target_")
             raise ValueError(f"scheduler ({target}) is not valid: {err}") from None
         if compile:  # in place: self.model's parameters and state_dict keys stay as they are
-            self.model.compile()
+            self.model.compile(mode=None if compile is True else compile)
         self.pad_id, self.bos_id, self.eos_id = self.config.pad_id, bos_id, eos_id
         self._add_metrics()
         self._add_step_state()
