@@ -46,9 +46,9 @@ MULTI30K=(experiment=multi30k data.root=.battery/multi30k logger=csv paths.root=
 STEP_SECONDS=${STEP_SECONDS:-540}
 # The probe's switches: name and the overrides that turn it off (the base has each on: those
 # off by default are turned on in PROBE_ON).
-PROBE_ON=(loss.fused_output=true)
+PROBE_ON=(loss.fused_output=true model.compile_mode=reduce-overhead)
 PROBE_SWITCHES=("skip_padding model.skip_padding=false" "fused_adam optim.fused=false"
-                "fused_output loss.fused_output=false")
+                "fused_output loss.fused_output=false" "cuda_graphs model.compile_mode=default")
 PROBE_BENCH=(--vs-torch-nn --compile on --steps 10 --repeats 5)
 PROBE_TRIALS=(--trials-per-gpu 12 --gpus 0)
 PROBE_ONE=(--parallel 1)

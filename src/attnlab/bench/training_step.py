@@ -10,6 +10,7 @@ then skip the pads (model.skip_padding), torch.nn's compute every position."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -98,8 +99,14 @@ def _largest(ctx: Context) -> dict:
     return max(ctx.batches, key=lambda b: sum(t.numel() for t in b.values()))
 
 
-def _compiled(model: nn.Module) -> nn.Module:
-    model.compile()  # in place: the state dict keeps its keys
+def _eager(model: nn.Module) -> nn.Module:
+    return model
+
+
+def _compiled(model: nn.Module, mode: str = "default") -> nn.Module:
+    """torch.compile in place (the state dict keeps its keys) with model.compile_mode's mode
+    (reduce-overhead: CUDA graphs), the same for both contenders."""
+    model.compile(mode=mode)
     return model
 
 
@@ -120,10 +127,12 @@ def run_vs_torch_nn(ctx: Context, compile_mode: str) -> dict:
         "flops_per_step": flops,
         "padding": ctx.padding_fraction(),  # what attnlab's skipped pads can save
         "skip_padding": ctx.model_config.skip_padding,
+        "compile_mode": ctx.cfg.model.get("compile_mode", "default"),
     }
     modes = {"off": ["eager"], "on": ["compiled"], "both": ["eager", "compiled"]}[compile_mode]
+    compile_as = ctx.cfg.model.get("compile_mode", "default")
     for mode in modes:
-        wrap = _compiled if mode == "compiled" else (lambda m: m)
+        wrap = functools.partial(_compiled, mode=compile_as) if mode == "compiled" else _eager
         models = {
             "attnlab": wrap(ctx.new_model()),
             "torch_nn": wrap(TorchNNTransformer(ctx.model_config).to(ctx.device)),
