@@ -48,7 +48,8 @@ STEP_SECONDS=${STEP_SECONDS:-540}
 # off by default are turned on in PROBE_ON).
 PROBE_ON=(loss.fused_output=true model.compile_mode=reduce-overhead)
 PROBE_SWITCHES=("skip_padding model.skip_padding=false" "fused_adam optim.fused=false"
-                "fused_output loss.fused_output=false" "cuda_graphs model.compile_mode=default")
+                "fused_output loss.fused_output=false" "cuda_graphs model.compile_mode=default"
+                "autocast trainer.precision=bf16-true")  # no autocast: bf16 weights, fp32 masters
 PROBE_BENCH=(--vs-torch-nn --compile on --steps 10 --repeats 5)
 PROBE_TRIALS=(--trials-per-gpu 12 --gpus 0)
 PROBE_ONE=(--parallel 1)

@@ -32,6 +32,7 @@ def test_the_probe_dry_run_writes_its_json_and_table(tmp_path):
     variants = [row["variant"] for row in probe["switches"]]
     assert variants == [
         "base (every switch on)",
+        "no_autocast",
         "no_cuda_graphs",
         "no_fused_adam",
         "no_fused_output",

@@ -2,8 +2,10 @@
 compiled; with the FLOP rate and, on a GPU, MFU) and `memory` (activation checkpointing).
 
 A training step is what a plain loop does: zero the gradients, forward (under the configured
-precision's autocast), label-smoothed loss, backward, optimizer step, with the same optimizer
-(attnlab.training.optimizer: fused Adam where torch has it) for both contenders. Both compute
+precision's autocast; under bf16-true the model in bf16 and the optimizer over float32 master
+weights, attnlab.training.master_weights), label-smoothed loss, backward, optimizer step, with
+the same optimizer (attnlab.training.optimizer: fused Adam where torch has it) for both
+contenders. Both compute
 the logits at the real targets only, as attnlab-train does (eager; a compiled model computes
 every position, as in attnlab-train), so that the ratio is the models' own: attnlab's layers
 then skip the pads (model.skip_padding), torch.nn's compute every position."""
@@ -24,6 +26,7 @@ from attnlab.bench.torch_nn import TorchNNTransformer, unsupported
 from attnlab.config.plain import to_plain
 from attnlab.tasks import task_named
 from attnlab.training.losses import fused_output_nll, label_smoothed_nll, logits_for_loss
+from attnlab.training.master_weights import master_weights_optimizer
 from attnlab.training.optimizer import optimizer_from_config
 
 
@@ -33,7 +36,12 @@ class Stepper:
     def __init__(self, ctx: Context, model: nn.Module, compiled: bool = False):
         self.ctx, self.model = ctx, model.train()
         self.compiled = compiled  # a compiled model's loss takes every position
-        self.optimizer = optimizer_from_config(model, to_plain(ctx.cfg.optim))
+        optim = to_plain(ctx.cfg.optim)
+        if ctx.precision == "bf16-true":  # as attnlab-train: bf16 weights, float32 masters
+            model.to(torch.bfloat16)
+            self.optimizer = master_weights_optimizer(model, optim)
+        else:
+            self.optimizer = optimizer_from_config(model, optim)
         for group in self.optimizer.param_groups:
             group["lr"] = 1e-4  # small and constant: the timing does not depend on it
 

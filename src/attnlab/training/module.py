@@ -48,6 +48,7 @@ from attnlab.training.losses import (
     logits_for_loss,
     z_loss,
 )
+from attnlab.training.master_weights import has_low_precision_weights, master_weights_optimizer
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
 from attnlab.training.optimizer import optimizer_from_config
 from attnlab.training.schedules import lr_lambda, peak_of, schedule_from_config
@@ -422,10 +423,14 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         """cfg.optim and cfg.scheduler instantiated (partials of their `_target_`, completed
         here): the optimizer class of optim._target_ with lr=1.0 and a LambdaLR whose factor is
         the scheduled lr; weight decay on matrices and embeddings only
-        (attnlab.training.optimizer)."""
+        (attnlab.training.optimizer); over float32 master weights where the model's are bf16
+        (trainer.precision=bf16-true: attnlab.training.master_weights)."""
         o = self.hparams.optim
         scaled = self._trainer is not None and self._grad_scaler() is not None
-        optimizer = optimizer_from_config(self.model, o, grad_scaler=scaled)
+        if has_low_precision_weights(self.model):  # bf16-true: float32 master weights
+            optimizer = master_weights_optimizer(self.model, o)
+        else:
+            optimizer = optimizer_from_config(self.model, o, grad_scaler=scaled)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(self.schedule()))
         return {
             "optimizer": optimizer,
