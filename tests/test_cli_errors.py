@@ -204,7 +204,10 @@ def test_your_own_presets_come_from_config_dir(tmp_path, capsys):
 def test_help_lists_the_config_groups_and_options(tmp_path):
     proc = _cli("--help", cwd=tmp_path)
     assert proc.returncode == 0
-    models = "model: lm_small, small, small_decoder_only, transformer_base, transformer_big"
+    models = (
+        "model: lm_small, multi30k_cpu, multi30k_cpu_decoder_only, small, small_decoder_only, "
+        "transformer_base, transformer_big"
+    )
     assert models in proc.stdout
     assert "scheduler: constant, cosine, inverse_sqrt, noam" in proc.stdout
     data = "data: copy, lm_text, multi30k, parallel_text, reverse, shift, sort, tinyshakespeare"

@@ -287,3 +287,37 @@ def test_arch_matched_copy_arms_have_the_same_size_and_protocol():
         if rate == 1.0e-3
     ]
     assert len(rest) == 2 and rest[0] == rest[1]
+
+
+def test_arch_matched_multi30k_arms_have_the_same_size_and_protocol():
+    """sweeps/arch_matched_multi30k.yaml: the multi30k_cpu encoder-decoder and its decoder-only
+    match hold the same number of parameters (within 5%, on the sweep's 4000-token vocabulary),
+    train the same steps, schedule and clipping, and differ in nothing else that trains but the
+    model preset; the encoder-decoder is experiment=multi30k_cpu's model."""
+    from attnlab.model import Transformer
+    from attnlab.pipeline.build import model_config
+
+    arms = _arms("arch_matched_multi30k")
+    sizes = {}
+    for (model, _rate), flat in arms.items():
+        plain = {k.removeprefix("model."): v for k, v in flat.items() if k.startswith("model.")}
+        config = model_config(plain, flat["data.vocab_size"], 0)
+        sizes[model] = Transformer(config).num_parameters()
+        assert flat["trainer.max_steps"] == flat["scheduler.max_steps"] == 1800
+        assert flat["trainer.gradient_clip_val"] == 1.0 and flat["trainer.max_time"] is None
+    assert sizes["multi30k_cpu"] == pytest.approx(sizes["multi30k_cpu_decoder_only"], rel=0.05)
+    rest = [
+        {
+            k: v
+            for k, v in flat.items()
+            if not k.startswith(("model.", "data.arch")) and not PLUMBING.match(k)
+        }
+        for (_m, rate), flat in arms.items()
+        if rate == 5.0e-3
+    ]
+    assert len(rest) == 2 and rest[0] == rest[1]
+    preset_cfg = compose_config(REPO / "conf", ["experiment=multi30k_cpu", "paths.run_dir=run"])
+    preset = flatten(plain_config(preset_cfg))
+    encoder_decoder = arms[("multi30k_cpu", 5.0e-3)]
+    for key in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "dropout"):
+        assert encoder_decoder[f"model.{key}"] == preset[f"model.{key}"], key
