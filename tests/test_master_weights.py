@@ -65,10 +65,37 @@ def test_the_state_dict_restores_the_float32_copies_and_the_moments():
     assert torch.equal(second.detach(), first.detach())
 
 
+def test_a_found_inf_reaches_the_inner_fused_step():
+    """The deferred divergence check (training/gradients.py) sets found_inf on the optimizer
+    Lightning holds: through MasterWeights the update is skipped too."""
+    param = nn.Parameter(torch.ones(3, dtype=torch.bfloat16))
+    optimizer = MasterWeights([{"params": [param]}], _adam)
+    optimizer.found_inf = torch.tensor(1.0)
+    _steps(optimizer, param, 3, lr=0.1)
+    assert torch.equal(optimizer.masters[0].detach(), torch.ones(3))
+    optimizer.found_inf = torch.tensor(0.0)
+    _steps(optimizer, param, 1, lr=0.1)
+    assert float(optimizer.masters[0].detach()[0]) == pytest.approx(0.9)
+
+
+def test_a_plain_optimizer_state_loads_with_the_copies_from_the_weights():
+    """A checkpoint saved without master weights (another precision, or before them)."""
+    plain = nn.Parameter(torch.ones(3))
+    adam = _adam([{"params": [plain]}])
+    _steps(adam, plain, 2)
+    param = nn.Parameter(plain.detach().to(torch.bfloat16))
+    optimizer = MasterWeights([{"params": [param]}], _adam)
+    optimizer.load_state_dict(adam.state_dict())
+    assert float(optimizer.state[optimizer.masters[0]]["step"]) == 2
+    assert torch.equal(optimizer.masters[0].detach(), param.detach().float())
+
+
 def _run(compose, run_dir, *overrides: str) -> dict:
+    """debug=tiny in bf16-true, a checkpoint every 4 steps, and a schedule that still moves at
+    step 4 (warmup to step 6, cosine to 0 at 8) whatever trainer.max_steps is."""
     ovs = ["debug=tiny", "logger=none", f"paths.run_dir={run_dir}", "trainer.precision=bf16-true",
-           "checkpoint.every_n_steps=4", "trainer.val_check_interval=8", "scheduler=constant",
-           *overrides]  # fmt: skip
+           "checkpoint.every_n_steps=4", "trainer.val_check_interval=8", "scheduler=cosine",
+           "scheduler.warmup_steps=6", "scheduler.max_steps=8", *overrides]  # fmt: skip
     return train(compose(ovs), ovs)
 
 
@@ -87,6 +114,6 @@ def test_a_bf16_true_run_keeps_float32_masters_and_resumes_exactly(compose, tmp_
         compose, tmp_path / "half", "trainer.max_steps=8",
         f"resume={tmp_path / 'half/checkpoints/last.ckpt'}",
     )  # fmt: skip
-    for key in ("train/loss", "val/loss", "test/loss", "test/token_acc"):
+    for key in ("train/loss", "train/lr", "val/loss", "test/loss", "test/token_acc"):
         assert resumed["metrics"][key] == whole["metrics"][key], key
     assert json.loads((tmp_path / "half/results.json").read_text())["steps"] == 8

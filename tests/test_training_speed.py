@@ -164,7 +164,8 @@ def test_a_step_that_logs_nothing_reads_one_value_back(compose, tmp_path, monkey
         assert reads == ["__bool__ gradients.py:inspect"], reads
 
 
-def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
+def _tiny_module():
+    """A TransformerModule of 1+1 layers of d_model 16 on 11 tokens, outside a Trainer."""
     from attnlab.training.module import TransformerModule
 
     model = dict(vocab_size=11, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1)
@@ -174,6 +175,11 @@ def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
     module = TransformerModule(model, optim, schedule, task="seq2seq")
     module._trainer = types.SimpleNamespace(precision_plugin=None, global_step=0)
     module._log_now = False
+    return module
+
+
+def test_clipping_reuses_the_gradient_norm_and_equals_clip_grad_norm():
+    module = _tiny_module()
     src, tgt = torch.randint(4, 11, (3, 5)), torch.randint(4, 11, (3, 6))
     module(src, tgt).square().sum().backward()
     params = [torch.nn.Parameter(p.detach().clone()) for p in module.parameters()]
@@ -315,3 +321,44 @@ def test_without_a_divergence_both_checks_train_the_same_run(compose, tmp_path):
     assert runs["every_step"]["status"] == runs["logging_steps"]["status"] == "completed"
     for key in ("train/loss", "val/loss", "test/loss", "test/token_acc"):
         assert runs["logging_steps"]["metrics"][key] == runs["every_step"]["metrics"][key], key
+
+
+def test_value_clipping_clips_the_models_own_gradients():
+    """trainer.gradient_clip_algorithm=value clips the model's gradients (under bf16-true the
+    optimizer's parameters are float32 copies without gradients yet, so Lightning's own value
+    clipping of the optimizer's parameters would clip nothing)."""
+    module = _tiny_module()
+    module(torch.randint(4, 11, (3, 5)), torch.randint(4, 11, (3, 6))).square().sum().backward()
+    assert max(float(p.grad.abs().max()) for p in module.parameters()) > 0.01
+    module.configure_gradient_clipping(None, 0.01, "value")
+    assert max(float(p.grad.abs().max()) for p in module.parameters()) <= 0.01
+
+
+def test_the_deferred_check_refuses_an_optimizer_torch_runs_unfused():
+    from attnlab.training.gradients import unfused_problem
+
+    param = [torch.nn.Parameter(torch.zeros(2))]
+    assert unfused_problem(torch.optim.Adam(param, fused=True), "logging_steps") is None
+    assert unfused_problem(torch.optim.Adam(param, foreach=False), "every_step") is None
+    message = unfused_problem(torch.optim.Adam(param, foreach=False), "logging_steps")
+    assert message.startswith("module.divergence_check=logging_steps needs a fused optimizer")
+
+
+def test_a_checkpoint_saved_after_a_deferred_divergence_records_it(compose, tmp_path, monkeypatch):
+    """NaN at step 5, logging every 4th step, a checkpoint after step 6 (before the next
+    logging step): the checkpoint reads the flag, so the run stops there as diverged at 5, the
+    checkpoint says so, and a run resumed from it ends diverged at once."""
+    _nan_at_step(monkeypatch, 5)
+    run_dir = tmp_path / "run"
+    ovs = ["debug=tiny", "logger=none", f"paths.run_dir={run_dir}", "trainer.max_steps=12",
+           "trainer.log_every_n_steps=4", "trainer.val_check_interval=12",
+           "checkpoint.every_n_steps=6", "module.divergence_check=logging_steps"]  # fmt: skip
+    first = train(compose(ovs), ovs)
+    assert first["status"] == "diverged" and first["diverged_step"] == 5
+    assert first["steps"] == 6
+    ckpt = torch.load(run_dir / "checkpoints" / "step=6.ckpt", weights_only=True)
+    assert ckpt["attnlab_diverged_step"] == 5
+    again = [*ovs, f"resume='{run_dir / 'checkpoints' / 'step=6.ckpt'}'"]
+    resumed = train(compose(again), again)
+    assert resumed["status"] == "diverged" and resumed["diverged_step"] == 5
+    assert resumed["steps"] == 6

@@ -245,18 +245,27 @@ def build_module(plain: dict, datamodule, model_config, dry: bool = False):
         max_steps=plain["trainer"]["max_steps"],
         exact_match=exact_match_enabled(plain, datamodule),
         compile=_compile_mode(plain["model"]),
-        divergence_check=plain["module"].get("divergence_check", "every_step"),
+        **_non_default_module_options(plain["module"]),
     )
 
 
 def _compile_mode(model: dict) -> bool | str:
-    """The module's `compile`: False, or torch.compile's mode (model.compile_mode, checked
-    whether or not model.compile is on)."""
+    """The module's `compile`: False, True (torch.compile's default mode) or a mode
+    (model.compile_mode, checked whether or not model.compile is on)."""
     from attnlab.training.options import COMPILE_MODES
 
     mode = model.get("compile_mode", "default")
     raise_first([choice_problem("model.compile_mode", mode, COMPILE_MODES)])
-    return mode if model.get("compile", False) else False
+    if not model.get("compile", False):
+        return False
+    return True if mode == "default" else mode
+
+
+def _non_default_module_options(module: dict) -> dict:
+    """cfg.module's options other than `_target_` that differ from their defaults: a module of
+    one's own that does not take them still builds when they are left alone."""
+    check = module.get("divergence_check", "every_step")
+    return {} if check == "every_step" else {"divergence_check": check}
 
 
 def _resume_problem(resume: str, model_config, known: bool) -> str | None:

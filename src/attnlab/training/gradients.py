@@ -9,7 +9,7 @@ applied and ends the run as "diverged". How it learns that the norm is non-finit
     every_step     (default) the norm is read back to the host every step (one host sync, which
                    on a GPU waits for the step's queued work); a non-finite norm drops the
                    gradients (Adam skips a parameter without one) and the run stops in that step.
-    logging_steps  nothing is read back in the step: the finiteness flag goes to the fused
+    logging_steps  the guard reads nothing back in the step: the finiteness flag goes to the fused
                    optimizer (torch.optim's `found_inf`, the input 16-mixed's GradScaler gives
                    it), which skips the whole update on the device, moments and step count
                    included, at that step and every one after it. The first such step is kept
@@ -18,8 +18,16 @@ applied and ends the run as "diverged". How it learns that the norm is non-finit
                    there, up to log_every_n_steps - 1 steps later, with the weights of the step
                    before the divergence and the same `diverged_step`. Needs a fused optimizer
                    (optim.fused null or true). Without a divergence, the same run as every_step.
+                   A checkpoint reads the flag before it is written (so one saved in between
+                   says "diverged", and a run resumed from it stops at once); with
+                   trainer.log_every_n_steps=0 only validation and the end read it.
 
-Under 16-mixed the GradScaler skips non-finite steps itself, and neither reads the norm.
+What else syncs in a step is the eager model's: skipping the pads and taking the logits at the
+real targets (model.skip_padding, boolean indexing) read the batch's mask back on a GPU. With
+model.compile (every position, fixed shapes) logging_steps leaves a step with no host sync.
+
+Under 16-mixed the GradScaler skips non-finite steps itself, neither mode reads the norm, and the
+training step checks the loss's finiteness (a host sync) in both.
 """
 
 from __future__ import annotations
@@ -52,6 +60,20 @@ def divergence_check_problem(check: str, optim: functools.partial | None) -> str
             "module.divergence_check=every_step"
         )
     return None
+
+
+def unfused_problem(optimizer, check: str) -> str | None:
+    """logging_steps and a built optimizer whose step does not take `found_inf` (torch runs it
+    unfused for these parameters: optim.fused null falls back where torch has no fused kernel
+    for their device), one line; else None."""
+    inner = getattr(optimizer, "inner", optimizer)  # MasterWeights: its inner optimizer's
+    if check != "logging_steps" or getattr(inner, "_step_supports_amp_scaling", False):
+        return None
+    return (
+        f"module.divergence_check=logging_steps needs a fused optimizer, and torch runs "
+        f"{type(inner).__name__} unfused on these parameters; expected "
+        "module.divergence_check=every_step"
+    )
 
 
 class GradientGuard:

@@ -55,19 +55,46 @@ class MasterWeights(torch.optim.Optimizer):
         copies = iter(self.masters)
         master_groups = [{**g, "params": [next(copies) for _ in g["params"]]} for g in groups]
         self.inner = build(master_groups)
-        # the Optimizer interface, shared with the inner optimizer (no super().__init__: the
-        # parameters it would register are the inner optimizer's)
-        self.defaults, self.param_groups, self.state = (
-            self.inner.defaults,
-            self.inner.param_groups,
-            self.inner.state,
-        )
+        # no super().__init__: the parameters it would register are the inner optimizer's;
+        # param_groups, state and defaults are the inner optimizer's (properties below)
         self._optimizer_step_pre_hooks: dict = {}
         self._optimizer_step_post_hooks: dict = {}
         self._optimizer_state_dict_pre_hooks: dict = {}
         self._optimizer_state_dict_post_hooks: dict = {}
         self._optimizer_load_state_dict_pre_hooks: dict = {}
         self._optimizer_load_state_dict_post_hooks: dict = {}
+
+    # The inner optimizer's, read through on every access: its load_state_dict replaces its
+    # groups and state, and the learning-rate schedule must write the groups the update reads.
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.inner.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict]) -> None:
+        self.inner.param_groups = groups
+
+    @property
+    def state(self):
+        return self.inner.state
+
+    @state.setter
+    def state(self, state) -> None:
+        self.inner.state = state
+
+    @property
+    def defaults(self) -> dict:
+        return self.inner.defaults
+
+    @defaults.setter
+    def defaults(self, defaults: dict) -> None:
+        self.inner.defaults = defaults
+
+    def add_param_group(self, param_group: dict) -> None:
+        raise NotImplementedError(
+            "MasterWeights holds float32 copies of the parameters it was built with; build a "
+            "new one to add parameters"
+        )
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
@@ -101,7 +128,12 @@ class MasterWeights(torch.optim.Optimizer):
     @torch.no_grad()
     def load_state_dict(self, state_dict: dict) -> None:
         """The inner optimizer's state and the float32 copies, and the model's weights set to
-        them (a resumed run goes on from the same float32 weights)."""
+        them (a resumed run goes on from the same float32 weights). A plain optimizer's state
+        (a checkpoint saved without master weights: another precision, or before them) goes
+        to the inner optimizer, and the copies start from the model's weights."""
+        if "inner" not in state_dict:
+            self.inner.load_state_dict(state_dict)
+            return
         self.inner.load_state_dict(state_dict["inner"])
         for master, saved, param in zip(
             self.masters, state_dict["masters"], self.model_params, strict=True

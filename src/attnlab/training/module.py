@@ -35,19 +35,15 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, MinMetric
 
 from attnlab.model import Transformer, TransformerConfig
+from attnlab.problems import raise_first
 from attnlab.tasks import task_named
 from attnlab.tasks.base import Task
 from attnlab.training.arguments import check_arguments
 from attnlab.training.compat import as_today
 from attnlab.training.diagnostics import layer_grad_norms, layer_parameters, probe
-from attnlab.training.gradients import GradientGuard
+from attnlab.training.gradients import GradientGuard, unfused_problem
 from attnlab.training.hooks import SkipEmptyHooks
-from attnlab.training.losses import (
-    fused_output_nll,
-    label_smoothed_nll,
-    logits_for_loss,
-    z_loss,
-)
+from attnlab.training.losses import fused_output_nll, label_smoothed_nll, logits_for_loss, z_loss
 from attnlab.training.master_weights import has_low_precision_weights, master_weights_optimizer
 from attnlab.training.metrics import exact_match, perplexity, token_accuracy
 from attnlab.training.optimizer import optimizer_from_config
@@ -190,13 +186,14 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         return self.task.predict(self.model, batch, self.bos_id, self.eos_id, self.pad_id)
 
     # --- training -------------------------------------------------------------------------
-    # The step itself costs what a plain PyTorch loop costs: the train/ metrics are computed
-    # and logged only on the steps Lightning writes to the loggers (trainer.log_every_n_steps,
-    # and the last step), values stay on the device in between, and the one host sync of a
-    # step is the finiteness check of the gradient norm, which clipping then reuses.
+    # The train/ metrics are computed and logged only on the steps Lightning writes to the
+    # loggers (trainer.log_every_n_steps, and the last), values stay on the device in between;
+    # the harness's one host sync of a step is the divergence guard's (training/gradients.py).
     def on_train_start(self) -> None:
         self._window_start = time.perf_counter()
         self._window_tokens, self._paused = [], 0.0
+        if self.diverged:  # resumed from a checkpoint saved after a deferred divergence
+            self.trainer.should_stop = True
 
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         trainer = self.trainer
@@ -268,8 +265,9 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
     def _diverge(self, step: int | None = None) -> None:
         """A non-finite loss or gradient (at `step`, default this one): stop; status
         "diverged"."""
+        if not self.diverged:  # the first divergence's step (trainer.min_steps may go on)
+            self.diverged_step = int(self.trainer.global_step) if step is None else step
         self.diverged = True
-        self.diverged_step = int(self.trainer.global_step) if step is None else step
         self.trainer.should_stop = True
 
     def on_before_optimizer_step(self, optimizer) -> None:
@@ -301,6 +299,8 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
         if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
             if self._guard.clip(self._params(), gradient_clip_val):
                 return
+        if gradient_clip_val and gradient_clip_algorithm == "value":  # the model's own grads
+            return torch.nn.utils.clip_grad_value_(self._params(), gradient_clip_val)
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _params(self) -> list[nn.Parameter]:
@@ -404,10 +404,15 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.nll_init is not None:
             checkpoint["attnlab_nll_init"] = float(self.nll_init)
+        self._check_deferred_divergence()  # a checkpoint of skipped updates says so
+        if self.diverged:
+            checkpoint["attnlab_diverged_step"] = self.diverged_step
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "attnlab_nll_init" in checkpoint:
             self.nll_init = torch.tensor(checkpoint["attnlab_nll_init"])
+        if "attnlab_diverged_step" in checkpoint:
+            self.diverged, self.diverged_step = True, checkpoint["attnlab_diverged_step"]
 
     # --- optimization ---------------------------------------------------------------------
     def schedule(self):
@@ -431,6 +436,7 @@ class TransformerModule(SkipEmptyHooks, L.LightningModule):
             optimizer = master_weights_optimizer(self.model, o)
         else:
             optimizer = optimizer_from_config(self.model, o, grad_scaler=scaled)
+        raise_first([unfused_problem(optimizer, self.hparams.divergence_check)])
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(self.schedule()))
         return {
             "optimizer": optimizer,
