@@ -9,9 +9,14 @@ set -euo pipefail
 out=${1:-outputs/sweeps/lr_width}
 shift || true
 widths=${WIDTHS:-32 64 128}
+sweep() {  # attnlab-sweep; its exit code 3 (some trials diverged) is expected at the top rates
+  local code=0
+  attnlab-sweep "$@" || code=$?
+  if [[ $code -ne 0 && $code -ne 3 ]]; then exit "$code"; fi
+}
 for d in $widths; do
-  attnlab-sweep sweeps/lr_width.yaml "model.d_model=$d" --out "$out/d$d" \
+  sweep sweeps/lr_width.yaml "model.d_model=$d" --out "$out/d$d" \
     --parallel 2 torch_threads=1 logger=none "$@"
-  attnlab-sweep sweeps/lr_width_nowarmup.yaml "model.d_model=$d" --out "$out/d$d-nowarmup" \
+  sweep sweeps/lr_width_nowarmup.yaml "model.d_model=$d" --out "$out/d$d-nowarmup" \
     --parallel 2 torch_threads=1 logger=none "$@"
 done
