@@ -262,6 +262,20 @@ def test_lr_width_is_section_2s_protocol_at_each_width_on_one_grid():
         assert (cfg.model.d_ff, cfg.model.n_heads) == (4 * d_model, 4)
 
 
+def _all_but_the_model(arms: dict, rate: float) -> list[dict]:
+    """Each arm's flat config at `rate` without the model's keys (and data.arch, which follows
+    the model) and the plumbing: what must be equal between two architectures' arms."""
+    return [
+        {
+            k: v
+            for k, v in flat.items()
+            if not k.startswith(("model.", "data.arch")) and not PLUMBING.match(k)
+        }
+        for (_m, r), flat in arms.items()
+        if r == rate
+    ]
+
+
 def test_arch_matched_copy_arms_have_the_same_size_and_protocol():
     """sweeps/arch_matched_copy.yaml: the encoder-decoder and the decoder-only model hold the
     same number of parameters (within 5%; built as a run builds them, on the copy task's
@@ -277,15 +291,7 @@ def test_arch_matched_copy_arms_have_the_same_size_and_protocol():
         built = build(cfg, dry=True)
         sizes[model] = sum(p.numel() for p in built.module.model.parameters())
     assert sizes["small"] == pytest.approx(sizes["small_decoder_only"], rel=0.05), sizes
-    rest = [
-        {
-            k: v
-            for k, v in flat.items()
-            if not k.startswith(("model.", "data.arch")) and not PLUMBING.match(k)
-        }
-        for (_m, rate), flat in arms.items()
-        if rate == 1.0e-3
-    ]
+    rest = _all_but_the_model(arms, 1.0e-3)
     assert len(rest) == 2 and rest[0] == rest[1]
 
 
@@ -306,15 +312,7 @@ def test_arch_matched_multi30k_arms_have_the_same_size_and_protocol():
         assert flat["trainer.max_steps"] == flat["scheduler.max_steps"] == 1800
         assert flat["trainer.gradient_clip_val"] == 1.0 and flat["trainer.max_time"] is None
     assert sizes["multi30k_cpu"] == pytest.approx(sizes["multi30k_cpu_decoder_only"], rel=0.05)
-    rest = [
-        {
-            k: v
-            for k, v in flat.items()
-            if not k.startswith(("model.", "data.arch")) and not PLUMBING.match(k)
-        }
-        for (_m, rate), flat in arms.items()
-        if rate == 5.0e-3
-    ]
+    rest = _all_but_the_model(arms, 5.0e-3)
     assert len(rest) == 2 and rest[0] == rest[1]
     preset_cfg = compose_config(REPO / "conf", ["experiment=multi30k_cpu", "paths.run_dir=run"])
     preset = flatten(plain_config(preset_cfg))

@@ -137,11 +137,9 @@ def _counting(name: str, read):
     return counted
 
 
-def test_a_step_that_logs_nothing_reads_one_value_back(compose, tmp_path, monkeypatch):
-    """Between logging steps a training step reads back one value, the finiteness check of the
-    gradient norm (whose host sync clipping relies on): no metric converted for the progress
-    bar, nothing logged. Before, Lightning converted train/loss (a prog_bar metric) after every
-    step, logged or not."""
+def _quiet_step_reads(compose, tmp_path, monkeypatch, *overrides: str):
+    """(results, the values each step that logs nothing read back to the host) of a 30-step
+    run logging every 10th step, with the tensor reads counted (HostReads)."""
     from attnlab.training.progress import ThrottledProgressBar
 
     for name in READS:
@@ -153,12 +151,22 @@ def test_a_step_that_logs_nothing_reads_one_value_back(compose, tmp_path, monkey
         tmp_path,
         "trainer.max_steps=30",
         "trainer.log_every_n_steps=10",
-        "trainer.enable_progress_bar=true",
+        *overrides,
         "+callbacks.reads._target_=test_training_speed.HostReads",
     )
     HostReads.current = None
+    return results, [reads for logging, reads in HostReads.steps[1:-1] if not logging]
+
+
+def test_a_step_that_logs_nothing_reads_one_value_back(compose, tmp_path, monkeypatch):
+    """Between logging steps a training step reads back one value, the finiteness check of the
+    gradient norm (whose host sync clipping relies on): no metric converted for the progress
+    bar, nothing logged. Before, Lightning converted train/loss (a prog_bar metric) after every
+    step, logged or not."""
+    results, quiet = _quiet_step_reads(
+        compose, tmp_path, monkeypatch, "trainer.enable_progress_bar=true"
+    )
     assert results["status"] == "completed"
-    quiet = [reads for logging, reads in HostReads.steps[1:-1] if not logging]
     assert len(quiet) >= 10
     for reads in quiet:
         assert reads == ["__bool__ gradients.py:inspect"], reads
@@ -254,22 +262,10 @@ def test_with_the_deferred_divergence_check_a_quiet_step_reads_nothing_back(
 ):
     """module.divergence_check=logging_steps: between logging steps a training step reads no
     value back to the host (the finiteness flag goes to the fused optimizer instead)."""
-    from attnlab.training.progress import ThrottledProgressBar
-
-    for name in READS:
-        monkeypatch.setattr(torch.Tensor, name, _counting(name, getattr(torch.Tensor, name)))
-    monkeypatch.setattr(ThrottledProgressBar, "_due", lambda self, stage, i, total: False)
-    results, _ = _train(
-        compose,
-        tmp_path,
-        "trainer.max_steps=30",
-        "trainer.log_every_n_steps=10",
-        "module.divergence_check=logging_steps",
-        "+callbacks.reads._target_=test_training_speed.HostReads",
+    results, quiet = _quiet_step_reads(
+        compose, tmp_path, monkeypatch, "module.divergence_check=logging_steps"
     )
-    HostReads.current = None
     assert results["status"] == "completed"
-    quiet = [reads for logging, reads in HostReads.steps[1:-1] if not logging]
     assert len(quiet) >= 10
     assert all(reads == [] for reads in quiet), quiet
 
