@@ -34,7 +34,6 @@ def _spec(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-@cache
 @cache  # composed once for the several tests that read a sweep's arms
 def _arms(name: str) -> dict[tuple, dict]:
     """{swept values (seed 1): flat composed config} of every arm of sweeps/<name>.yaml (the
@@ -64,6 +63,8 @@ FEWER_SEEDS = {
     # sensitivity pools its arm's nine rates, and the report states the seeds
     "lr_width": 2,
     "lr_width_nowarmup": 2,
+    # seeds 2 and 3 at the chosen rate: with the rate grid's seed-1 run, 3 per arm
+    "arch_matched_multi30k_best": 2,
 }
 
 
@@ -319,3 +320,22 @@ def test_arch_matched_multi30k_arms_have_the_same_size_and_protocol():
     encoder_decoder = arms[("multi30k_cpu", 5.0e-3)]
     for key in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "dropout"):
         assert encoder_decoder[f"model.{key}"] == preset[f"model.{key}"], key
+
+
+def test_arch_matched_multi30k_seeds_run_the_grids_command_at_a_rate_of_the_grid():
+    """sweeps/arch_matched_multi30k_best.yaml (seeds 2 and 3 at the rate chosen on the grid's
+    seed 1) runs the grid's command, but for its folder, and only points the grid holds: its
+    seed-1 runs join these as each arm's first seed."""
+    grid, best = (
+        _spec(REPO / "sweeps" / f"{n}.yaml")
+        for n in ("arch_matched_multi30k", "arch_matched_multi30k_best")
+    )
+
+    def recipe(spec: dict) -> list[str]:
+        return [c for c in spec["command"] if not (override_key(c) or "").startswith("hydra.")]
+
+    assert recipe(best) == recipe(grid)
+    assert list(best["parameters"]) == list(grid["parameters"])
+    for key, values in best["parameters"].items():
+        assert set(values["values"]) <= set(grid["parameters"][key]["values"]), key
+    assert 1 not in best["parameters"]["seed"]["values"]  # the grid's seed 1 is every arm's first
