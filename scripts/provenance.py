@@ -30,16 +30,17 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 # section -> (the commit of its runs, its sweep file, the trials run): REPRODUCTION.md's status
-# table. 1a and 1b are extrapolation.yaml's ALiBi arms, decoder-only and encoder-decoder; 1e both
-# architectures at 1e-3; 2 runs Post-LN without warmup at 3e-4 and Pre-LN with warmup and
-# qk-layernorm at 1e-2; 2g both arms of the gradient-norm sweep; 2w Post-LN with warmup at 1e-2
-# (the width file at its own d_model 64; the widths share the code). A sweep file written after
-# its runs' commit (heads_lr.yaml) is read as first committed for the commit's run.
+# table. 1a and 1b are extrapolation.yaml's ALiBi arms, decoder-only and encoder-decoder; 1e and
+# 1f both architectures at their lowest rate; 2 runs Post-LN without warmup at 3e-4 and Pre-LN
+# with warmup and qk-layernorm at 1e-2; 2g both arms of the gradient-norm sweep; 2w Post-LN with
+# warmup at 1e-2 (the width file at its own d_model 64; the widths share the code). A sweep file
+# written after its runs' commit (heads_lr.yaml) is read as first committed for the commit's run.
 SECTIONS = {
     "1a": ("fc6d2b8", "extrapolation", (24,)),
     "1b": ("fc6d2b8", "extrapolation", (9,)),
     "1d": ("c34cdac", "alibi_shape", (0,)),
     "1e": ("00001a5", "arch_matched_copy", (0, 3)),
+    "1f": ("8d26b7b", "arch_matched_multi30k", (0, 3)),
     "2": ("e340b5b", "lr_sensitivity", (0, 52)),
     "2g": ("519fda4", "grad_norms_init", (0, 1)),
     "2w": ("2405cd9", "lr_width", (3,)),
@@ -50,7 +51,7 @@ SECTIONS = {
     "6a": ("daea834", "classic_bugs", (0,)),
     "6b": ("daea834", "attn_scale", (0,)),
 }
-MULTI30K = {"3a", "3a-lr", "3c", "4"}  # need data.root
+MULTI30K = {"1f", "3a", "3a-lr", "3c", "4"}  # need data.root
 IGNORED = ("tokens_per_sec", "time/", "elapsed")
 LABEL = (
     "experiment",

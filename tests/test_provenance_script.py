@@ -40,6 +40,6 @@ def test_an_unknown_section_is_one_line_and_exit_2(script, capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["provenance.py", "--sections", "9z"])
     assert script.main() == 2
     err = capsys.readouterr().err.strip()
-    expected = "provenance.py: unknown section '9z'; expected one of: 1a, 1b, 1d, 1e, 2, 2g, 2w,"
+    expected = "provenance.py: unknown section '9z'; expected one of: 1a, 1b, 1d, 1e, 1f, 2, 2g,"
     assert err.startswith(expected)
     assert len(err.splitlines()) == 1

@@ -4,13 +4,11 @@ not hours into a sweep."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
@@ -19,7 +17,7 @@ import attnlab.config.schema  # noqa: F401 (the schemas in Hydra's ConfigStore: 
 from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import override_key
 from build_utils import dry_build
-from sweep_utils import is_search, sweep_trials
+from sweep_utils import compose_arm, is_search, sweep_trials
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP_FILES = sorted((REPO / "sweeps").glob("*.yaml"))
@@ -60,39 +58,6 @@ def _data_paths(tmp_path: Path) -> list[str]:
     return paths
 
 
-def _plain(override: str) -> bool:
-    """A dotted key set to a literal (scheduler.peak_lr=5e-3): no config group, no added or
-    removed key, no interpolation."""
-    key, _, value = override.partition("=")
-    return (
-        "." in key
-        and not key.startswith(("+", "~"))
-        and not any(c in key for c in "/@")
-        and "${" not in value
-    )
-
-
-def _compose(overrides: list[str], composed: dict) -> tuple:
-    """(config, config-group choices) of Hydra's compose of `overrides`. Hydra composes once per
-    set of config groups, added or removed keys and names of plain keys (a file's arm); the
-    arms that differ from it only in plain values (a rate, a width) take theirs on a copy,
-    parsed by Hydra's override parser and set in struct mode: a value of the wrong type fails
-    as in compose (ValidationError), and a key name not yet composed is composed. Composing
-    each of the 242 arms took 1.5 of the suite's minutes."""
-    plain = [o for o in overrides if _plain(o)]
-    arm = (tuple(o for o in overrides if not _plain(o)), tuple(override_key(o) for o in plain))
-    if arm not in composed:
-        cfg = compose("train", overrides, return_hydra_config=True)
-        choices = dict(cfg.hydra.runtime.choices)
-        del cfg.hydra
-        composed[arm] = (cfg, choices)
-    cfg, choices = composed[arm]
-    cfg = copy.deepcopy(cfg)
-    for override in OverridesParser.create().parse_overrides(plain):
-        OmegaConf.update(cfg, override.key_or_group, override.value(), merge=False)
-    return cfg, choices
-
-
 @pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
 def test_every_grid_point_composes_and_validates(tmp_path, path):
     failures, composed = [], {}
@@ -100,7 +65,7 @@ def test_every_grid_point_composes_and_validates(tmp_path, path):
         for label, overrides in _points(one_seed=True, files=[path]):
             try:
                 paths = _data_paths(tmp_path) if "experiment=paper_base" in overrides else []
-                cfg, choices = _compose([*overrides, *paths], composed)
+                cfg, choices = compose_arm([*overrides, *paths], composed)
                 dry_build(cfg)
             except Exception as err:  # collect every bad point, then fail once
                 failures.append(f"{label}: {type(err).__name__}: {err}")
@@ -120,17 +85,17 @@ def test_every_grid_point_composes_and_validates(tmp_path, path):
 
 
 def test_a_plain_value_set_on_a_composed_arm_fails_as_compose_fails():
-    """The shortcut of _compose: a mistyped key and a value of the wrong type are still refused."""
+    """compose_arm's shortcut: a mistyped key and a value of the wrong type are still refused."""
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         composed = {}
-        cfg, _ = _compose(["scheduler.peak_lr=1e-3"], composed)
-        assert _compose(["scheduler.peak_lr=2e-3"], composed)[0].scheduler.peak_lr == 2e-3
+        cfg, _ = compose_arm(["scheduler.peak_lr=1e-3"], composed)
+        assert compose_arm(["scheduler.peak_lr=2e-3"], composed)[0].scheduler.peak_lr == 2e-3
         assert cfg.scheduler.peak_lr == 1e-3 and len(composed) == 1  # one compose, copies apart
         with pytest.raises(ConfigCompositionException, match="peak_lrr"):  # a new key: composed
-            _compose(["scheduler.peak_lrr=2e-3"], composed)
-        _compose(["model.d_model=64"], composed)
+            compose_arm(["scheduler.peak_lrr=2e-3"], composed)
+        compose_arm(["model.d_model=64"], composed)
         with pytest.raises(ValidationError, match="abc"):  # a copy of that compose, then refused
-            _compose(["model.d_model=abc"], composed)
+            compose_arm(["model.d_model=abc"], composed)
         assert len(composed) == 2
 
 

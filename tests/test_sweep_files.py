@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hydra import initialize_config_dir
 
 from attnlab.config.compose import compose_config
 from attnlab.config.plain import plain_config, to_plain
@@ -19,7 +20,7 @@ from attnlab.runs.dotted import flatten
 from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import override_key, swept_keys
 from attnlab.training.schedules import schedule_from_config
-from sweep_utils import sweep_trials
+from sweep_utils import compose_arm, sweep_trials
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
@@ -39,14 +40,15 @@ def _arms(name: str) -> dict[tuple, dict]:
     """{swept values (seed 1): flat composed config} of every arm of sweeps/<name>.yaml (the
     tests only read them)."""
     path = REPO / "sweeps" / f"{name}.yaml"
-    arms = {}
-    for trial in sweep_trials(path):
-        if trial.params.get("seed", 1) != 1:
-            continue
-        overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
-        cfg = compose_config(REPO / "conf", [*overrides, "paths.run_dir=run"])
-        key = tuple(v for k, v in trial.params.items() if k != "seed")
-        arms[key] = flatten(plain_config(cfg))
+    arms, composed = {}, {}
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for trial in sweep_trials(path):
+            if trial.params.get("seed", 1) != 1:
+                continue
+            overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
+            cfg, _ = compose_arm([*overrides, "paths.run_dir=run"], composed)
+            key = tuple(v for k, v in trial.params.items() if k != "seed")
+            arms[key] = flatten(plain_config(cfg))
     return arms
 
 
