@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import Trial, load_sweep, override_key
@@ -30,28 +32,48 @@ def sweep_trials(path: Path) -> list[Trial]:
     return Search(config, Path("out"), "sqlite://", cap=1).check_trials()
 
 
-def _plain(override: str) -> bool:
-    """A dotted key set to a literal (scheduler.peak_lr=5e-3): no config group, no added or
-    removed key, no interpolation."""
-    key, _, value = override.partition("=")
-    return (
-        "." in key
-        and not key.startswith(("+", "~"))
-        and not any(c in key for c in "/@")
-        and "${" not in value
-    )
+def _plain_overrides(overrides: list[str]) -> list[str]:
+    """The overrides Hydra would apply as one plain value each (scheduler.peak_lr=5e-3): a dotted
+    key, not a config group, added, removed or hydra.* key; a single literal, not a list, dict,
+    interpolation or sweep (a,b); and no other override touching the key, its parents or its
+    children (Hydra applies overrides in order, compose_arm's copies apply these last)."""
+    keys = [o.lstrip("+~").partition("=")[0] for o in overrides]
+
+    def alone(key: str) -> bool:
+        return (
+            sum(k == key or k.startswith(key + ".") or key.startswith(k + ".") for k in keys) == 1
+        )
+
+    plain = []
+    for override, key in zip(overrides, keys, strict=True):
+        value = override.partition("=")[2]
+        if (
+            "." in key
+            and not override.startswith(("+", "~"))
+            and not key.startswith("hydra.")
+            and not any(c in key for c in "/@")
+            and "${" not in value
+            and not value.startswith(("[", "{"))
+            and alone(key)
+        ):
+            (parsed,) = OverridesParser.create().parse_overrides([override])
+            if not parsed.is_sweep_override():
+                plain.append(override)
+    return plain
 
 
-def compose_arm(overrides: list[str], composed: dict) -> tuple:
+def compose_arm(overrides: list[str], composed: dict) -> tuple[DictConfig, dict]:
     """(config, config-group choices) of Hydra's compose of `overrides`. Hydra composes once per
-    set of config groups, added or removed keys and names of plain keys (a file's arm); the
-    arms that differ from it only in plain values (a rate, a width) take theirs on a copy,
-    parsed by Hydra's override parser and set in struct mode: a value of the wrong type fails
-    as in compose (ValidationError), and a key name not yet composed is composed. Composing
-    each of the 242 arms took 1.5 of the suite's minutes. Call it inside Hydra's
-    initialize_config_dir of conf/."""
-    plain = [o for o in overrides if _plain(o)]
-    arm = (tuple(o for o in overrides if not _plain(o)), tuple(override_key(o) for o in plain))
+    arm: its config groups, added or removed keys, the other overrides and the names of its plain
+    values (_plain_overrides). The points that differ from a composed one only in plain values (a
+    rate, a width) take theirs on a copy as Hydra's compose does (its override parser, then
+    OmegaConf.update with merge, config_loader_impl.py): a value of the wrong type fails as in
+    compose (ConfigCompositionException "Error merging override ..."), and a key name not yet
+    composed is composed. Composing each of the 242 arms took 1.5 of the suite's minutes. Call
+    it inside Hydra's initialize_config_dir of conf/."""
+    plain = _plain_overrides(overrides)
+    rest = tuple(o for o in overrides if o not in plain)
+    arm = (rest, tuple(override_key(o) for o in plain))
     if arm not in composed:
         cfg = compose("train", overrides, return_hydra_config=True)
         choices = dict(cfg.hydra.runtime.choices)
@@ -60,5 +82,10 @@ def compose_arm(overrides: list[str], composed: dict) -> tuple:
     cfg, choices = composed[arm]
     cfg = copy.deepcopy(cfg)
     for override in OverridesParser.create().parse_overrides(plain):
-        OmegaConf.update(cfg, override.key_or_group, override.value(), merge=False)
-    return cfg, choices
+        try:
+            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+        except OmegaConfBaseException as err:
+            raise ConfigCompositionException(
+                f"Error merging override {override.input_line}"
+            ) from err
+    return cfg, dict(choices)

@@ -85,7 +85,8 @@ def test_every_grid_point_composes_and_validates(tmp_path, path):
 
 
 def test_a_plain_value_set_on_a_composed_arm_fails_as_compose_fails():
-    """compose_arm's shortcut: a mistyped key and a value of the wrong type are still refused."""
+    """compose_arm's shortcut: a mistyped key and a value of the wrong type are still refused,
+    with compose's error."""
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         composed = {}
         cfg, _ = compose_arm(["scheduler.peak_lr=1e-3"], composed)
@@ -94,9 +95,46 @@ def test_a_plain_value_set_on_a_composed_arm_fails_as_compose_fails():
         with pytest.raises(ConfigCompositionException, match="peak_lrr"):  # a new key: composed
             compose_arm(["scheduler.peak_lrr=2e-3"], composed)
         compose_arm(["model.d_model=64"], composed)
-        with pytest.raises(ValidationError, match="abc"):  # a copy of that compose, then refused
-            compose_arm(["model.d_model=abc"], composed)
-        assert len(composed) == 2
+        with pytest.raises(ConfigCompositionException, match="model.d_model=abc") as err:
+            compose_arm(["model.d_model=abc"], composed)  # a copy of that compose, then refused
+        assert isinstance(err.value.__cause__, ValidationError) and len(composed) == 2
+
+
+SECOND_POINTS = [  # (first point, second point): the second's config from a copy of the first's
+    (
+        ["scheduler.peak_lr=1e-3", "model.d_model=64"],
+        ["scheduler.peak_lr=2e-3", "model.d_model=32"],
+    ),
+    (
+        ["model=small_decoder_only", "seed=1", "data.eval_lengths=[4,8]"],
+        ["model=small_decoder_only", "seed=1", "data.eval_lengths=[4,16]"],
+    ),  # a list: composed
+    (
+        ["model.d_ff=96", "model.d_ff=${model.d_model}"],
+        ["model.d_ff=128", "model.d_ff=${model.d_model}"],
+    ),  # a key set twice: in order, composed
+    (["trainer.max_steps=7", "trainer=cpu"], ["trainer.max_steps=9", "trainer=cpu"]),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), SECOND_POINTS)
+def test_a_point_set_on_a_composed_arm_equals_its_own_compose(first, second):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        composed = {}
+        compose_arm(first, composed)
+        cfg, choices = compose_arm(second, composed)
+        whole = compose("train", second, return_hydra_config=True)
+        assert choices == dict(whole.hydra.runtime.choices)
+        del whole.hydra
+    assert OmegaConf.to_container(cfg) == OmegaConf.to_container(whole)
+
+
+def test_a_sweep_value_in_a_point_is_refused_as_compose_refuses_it():
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        composed = {}
+        compose_arm(["scheduler.peak_lr=1e-3"], composed)
+        with pytest.raises(ConfigCompositionException, match="[Aa]mbiguous"):
+            compose_arm(["scheduler.peak_lr=1e-3,2e-3"], composed)
 
 
 @pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)

@@ -37,13 +37,15 @@ def _spec(path: Path) -> dict:
 
 @cache  # composed once for the several tests that read a sweep's arms
 def _arms(name: str) -> dict[tuple, dict]:
-    """{swept values (seed 1): flat composed config} of every arm of sweeps/<name>.yaml (the
-    tests only read them)."""
+    """{swept values (the file's first seed): flat composed config} of every arm of
+    sweeps/<name>.yaml (the tests only read them)."""
     path = REPO / "sweeps" / f"{name}.yaml"
     arms, composed = {}, {}
+    trials = sweep_trials(path)
+    first_seed = min(t.params.get("seed", 1) for t in trials)  # heads_best's seeds start at 2
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        for trial in sweep_trials(path):
-            if trial.params.get("seed", 1) != 1:
+        for trial in trials:
+            if trial.params.get("seed", 1) != first_seed:
                 continue
             overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
             cfg, _ = compose_arm([*overrides, "paths.run_dir=run"], composed)
@@ -87,6 +89,7 @@ def test_every_sweep_names_an_unsmoothed_metric_and_three_seeds(path):
 def test_arms_differ_only_in_the_swept_variable(name):
     swept = [k.lstrip("+") for k in swept_keys(_spec(REPO / "sweeps" / f"{name}.yaml"))]
     arms = list(_arms(name).values())
+    assert arms, f"{name}: no arm composed"
     keys = set().union(*arms)
     differing = {k for k in keys if len({repr(a.get(k)) for a in arms}) > 1}
     unexplained = {
@@ -326,17 +329,19 @@ def test_arch_matched_multi30k_arms_have_the_same_size_and_protocol():
 
 def test_arch_matched_multi30k_seeds_run_the_grids_command_at_a_rate_of_the_grid():
     """sweeps/arch_matched_multi30k_best.yaml (seeds 2 and 3 at the rate chosen on the grid's
-    seed 1) runs the grid's command, but for its folder, and only points the grid holds: its
-    seed-1 runs join these as each arm's first seed."""
-    grid, best = (
-        _spec(REPO / "sweeps" / f"{n}.yaml")
-        for n in ("arch_matched_multi30k", "arch_matched_multi30k_best")
-    )
+    seed 1) is the grid's file but for its name, its folder and its parameters' values, which
+    are points of the grid: its seed-1 runs join these as each arm's first seed."""
+    names = ("arch_matched_multi30k", "arch_matched_multi30k_best")
+    grid, best = (_spec(REPO / "sweeps" / f"{n}.yaml") for n in names)
 
-    def recipe(spec: dict) -> list[str]:
-        return [c for c in spec["command"] if not (override_key(c) or "").startswith("hydra.")]
+    def rest(spec: dict) -> dict:
+        command = [c for c in spec["command"] if override_key(c) != "hydra.run.dir"]
+        return {
+            **{k: v for k, v in spec.items() if k not in ("name", "parameters")},
+            "command": command,
+        }
 
-    assert recipe(best) == recipe(grid)
+    assert rest(best) == rest(grid)
     assert list(best["parameters"]) == list(grid["parameters"])
     for key, values in best["parameters"].items():
         assert set(values["values"]) <= set(grid["parameters"][key]["values"]), key
