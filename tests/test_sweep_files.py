@@ -178,7 +178,9 @@ def test_heads_sweep_states_its_h_and_d_k_at_constant_compute(name):
     assert composed == stated
 
 
-@pytest.mark.parametrize("name", ["heads_lr", "heads_lr_high", "heads_rate", "heads_best"])
+@pytest.mark.parametrize(
+    "name", ["heads_lr", "heads_lr_high", "heads_rate", "heads_best", "heads_best_more"]
+)
 def test_heads_rate_grids_run_the_heads_sweeps_recipe(name):
     """A rate grid's points join the heads sweep's (its seed-1 run at 2e-3 is each h's fourth
     rate): the commands may differ only in the run's group, tags and folder."""
