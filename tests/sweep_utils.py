@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -32,19 +33,23 @@ def sweep_trials(path: Path) -> list[Trial]:
     return Search(config, Path("out"), "sqlite://", cap=1).check_trials()
 
 
-def _plain_overrides(overrides: list[str]) -> list[str]:
+_PARSER = OverridesParser.create()
+
+
+def _plain_overrides(overrides: list[str]) -> dict[str, Override]:
     """The overrides Hydra would apply as one plain value each (scheduler.peak_lr=5e-3): a dotted
     key, not a config group, added, removed or hydra.* key; a single literal, not a list, dict,
     interpolation or sweep (a,b); and no other override touching the key, its parents or its
-    children (Hydra applies overrides in order, compose_arm's copies apply these last)."""
-    keys = [o.lstrip("+~").partition("=")[0] for o in overrides]
+    children (Hydra applies overrides in order, compose_arm's copies apply these last). Each
+    with its parsed form."""
+    keys = [override_key(o) or "" for o in overrides]
 
     def alone(key: str) -> bool:
         return (
             sum(k == key or k.startswith(key + ".") or key.startswith(k + ".") for k in keys) == 1
         )
 
-    plain = []
+    plain = {}
     for override, key in zip(overrides, keys, strict=True):
         value = override.partition("=")[2]
         if (
@@ -56,9 +61,9 @@ def _plain_overrides(overrides: list[str]) -> list[str]:
             and not value.startswith(("[", "{"))
             and alone(key)
         ):
-            (parsed,) = OverridesParser.create().parse_overrides([override])
+            (parsed,) = _PARSER.parse_overrides([override])
             if not parsed.is_sweep_override():
-                plain.append(override)
+                plain[override] = parsed
     return plain
 
 
@@ -81,7 +86,7 @@ def compose_arm(overrides: list[str], composed: dict) -> tuple[DictConfig, dict]
         composed[arm] = (cfg, choices)
     cfg, choices = composed[arm]
     cfg = copy.deepcopy(cfg)
-    for override in OverridesParser.create().parse_overrides(plain):
+    for override in plain.values():
         try:
             OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
         except OmegaConfBaseException as err:
