@@ -6,6 +6,8 @@ standard deviation at the end: attnlab-compare's budget rule (attnlab.analysis.b
 forward. An extrapolation from the curve's points, not a measurement.
 
     python scripts/budget_to_converge.py outputs/repro/heads_best --key model.n_heads
+    python scripts/budget_to_converge.py outputs/repro/heads_best outputs/repro/heads_best_more \
+        --key model.n_heads      # several sweeps' runs pooled by arm
 """
 
 from __future__ import annotations
@@ -54,13 +56,17 @@ def converge_step(runs: list[dict], limit: float = 1e7) -> tuple[int, tuple, flo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="a sweep's folder of runs")
+    parser.add_argument("folder", type=Path, nargs="+", help="sweep folders of runs (pooled)")
     parser.add_argument("--key", required=True, help="the swept key that names an arm")
     parser.add_argument("--metric", default="val/nll")
     args = parser.parse_args()
-    found = curves(args.folder, args.key, args.metric)
+    found: dict = {}
+    for folder in args.folder:
+        for arm, runs in curves(folder, args.key, args.metric).items():
+            found.setdefault(arm, []).extend(runs)
     if not found:
-        print(f"budget_to_converge.py: error: no run with {args.metric} in {args.folder}",
+        where = " ".join(map(str, args.folder))
+        print(f"budget_to_converge.py: error: no run with {args.metric} in {where}",
               file=sys.stderr)  # fmt: skip
         return 2
     for arm, runs in sorted(found.items(), key=lambda kv: str(kv[0])):
