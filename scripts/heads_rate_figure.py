@@ -11,7 +11,7 @@ choose) on a second axis. One seed per point.
 from __future__ import annotations
 
 import argparse
-import csv
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -19,20 +19,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from attnlab.analysis.run_table import read_runs_csv  # noqa: E402
+
 RATE, HEADS, CRITERION = "scheduler.peak_lr", "model.n_heads", "val/nll_best"
 BLEU = "eval/test-avg5-step1700-1800-beam4_lp0.6/bleu"
 
 
 def grids(path: Path) -> dict[int, list[tuple[float, float, float | None]]]:
-    """{h: [(rate, validation nll, test BLEU or None), ...] in rate order}."""
+    """{h: [(rate, validation nll, test BLEU or None), ...] in rate order}, from a runs.csv
+    (attnlab's reader: a file that is not one is refused with its name)."""
     found: dict[int, list] = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            if row["status"] != "completed" or not row.get(CRITERION):
-                continue
-            bleu = float(row[BLEU]) if row.get(BLEU) else None
-            point = (float(row[RATE]), float(row[CRITERION]), bleu)
-            found.setdefault(int(row[HEADS]), []).append(point)
+    for run in read_runs_csv(path):
+        if run.status != "completed" or CRITERION not in run.metrics:
+            continue
+        point = (float(run.config[RATE]), run.metrics[CRITERION], run.metrics.get(BLEU))
+        found.setdefault(int(run.config[HEADS]), []).append(point)
     return {h: sorted(points) for h, points in sorted(found.items())}
 
 
@@ -84,7 +85,15 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, required=True)
     parser.add_argument("--cap", type=float, default=2.5, help="the nll axis's top")
     args = parser.parse_args()
-    found = grids(args.csv)
+    try:
+        found = grids(args.csv)
+    except ValueError as err:  # not a runs table
+        print(f"heads_rate_figure.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyError as err:
+        print(f"heads_rate_figure.py: error: {args.csv}: no column {err} (need {HEADS} and "
+              f"{RATE})", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     for h, points in found.items():
         cells = ", ".join(f"{r:g}: {v:.3f}" for r, v, _ in points)
         print(f"h = {h}: {cells}")
