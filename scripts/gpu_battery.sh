@@ -26,7 +26,9 @@
 # W&B is not used there (nothing can be reached from the machine): runs log to metrics.csv.
 #
 # DRY_RUN=1 scripts/gpu_battery.sh <step> runs the same commands on a CPU with tiny sizes: it
-# checks the wiring (overrides, resumption, files written), not the figures. EXTRA_OVERRIDES
+# checks the wiring (overrides, resumption, files written), not the figures; the probe's six
+# attnlab-bench variants run with their same arguments in one Python process (one import of
+# torch and Lightning instead of six: ~1 minute less on 2 cores). EXTRA_OVERRIDES
 # adds Hydra overrides to every step; STEP_SECONDS is one multi30k call's budget (540).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +56,7 @@ PROBE_BENCH=(--vs-torch-nn --compile on --steps 10 --repeats 5)
 PROBE_TRIALS=(--trials-per-gpu 12 --gpus 0)
 PROBE_ONE=(--parallel 1)
 PROBE_TRIAL_OVERRIDES=(trainer=gpu)
+PROBE_RUN=($PY -m attnlab.cli.bench)  # one process per variant
 if [[ $DRY_RUN == 1 ]]; then
   BASE=(debug=tiny data=copy data.n_symbols=60 "data.train_len=[6,6]" data.batch_size=8
         trainer.precision=32-true logger=none)
@@ -68,7 +71,11 @@ if [[ $DRY_RUN == 1 ]]; then
   PROBE_TRIALS=(--parallel 2 --count 2)
   PROBE_ONE=(--parallel 1 --count 2)
   PROBE_TRIAL_OVERRIDES=(trainer=cpu trainer.max_steps=4 trainer.val_check_interval=2
-                         model.d_model=16 model.d_ff=32 model.n_heads=2 model.n_decoder_layers=1)
+                         model.d_model=16 model.d_ff=32 model.n_heads=2 model.n_decoder_layers=1
+                         trainer.limit_val_batches=1 trainer.limit_test_batches=1)
+  PROBE_RUN=(probe_queue)  # queued, then run in one process by probe_queued
+  PROBE_QUEUE=$OUT/probe-bench.queue
+  rm -f "$PROBE_QUEUE"
 fi
 read -ra EXTRA <<< "${EXTRA_OVERRIDES:-}"  # e.g. EXTRA_OVERRIDES="seed=2": added to every step
 BASE+=("${EXTRA[@]}")
@@ -115,14 +122,15 @@ tests() {
 
 probe() {
   # 1. the base model compiled, with every switch on, then each switch off (5 repeats each)
-  $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" "${PROBE_ON[@]}" \
+  "${PROBE_RUN[@]}" "${PROBE_BENCH[@]}" "${BASE[@]}" "${PROBE_ON[@]}" \
     --json "$OUT/probe-base.json" > "$OUT/probe-base.log" 2>&1
   local entry name overrides
   for entry in "${PROBE_SWITCHES[@]}"; do
     read -r name overrides <<< "$entry"
-    $PY -m attnlab.cli.bench "${PROBE_BENCH[@]}" "${BASE[@]}" "${PROBE_ON[@]}" $overrides \
+    "${PROBE_RUN[@]}" "${PROBE_BENCH[@]}" "${BASE[@]}" "${PROBE_ON[@]}" $overrides \
       --json "$OUT/probe-no_$name.json" > "$OUT/probe-no_$name.log" 2>&1
   done
+  if [[ $DRY_RUN == 1 ]]; then probe_queued; fi
   # 2. many small trials on one device at once, then the same trials one at a time (their run
   # folders stay there, outside $OUT; the table reads their results.json)
   rm -rf outputs/probe
@@ -136,6 +144,34 @@ probe() {
     --out outputs/probe/one-at-a-time "${PROBE_TRIAL_OVERRIDES[@]}" >> "$OUT/probe-trials.log" 2>&1
   echo "one_at_a_time_s $((SECONDS - start))" >> "$OUT/probe-trials.txt"
   $PY scripts/probe_table.py "$OUT"
+}
+
+# DRY_RUN: each variant's attnlab-bench arguments are queued (NUL after each argument, one more
+# after the last), then run by attnlab.cli.bench.main in one process, output to the same .log
+# files; the first that fails stops it with its exit code and its log's tail.
+probe_queue() { printf '%s\0' "$@" >> "$PROBE_QUEUE"; printf '\0' >> "$PROBE_QUEUE"; }
+
+probe_queued() {
+  $PY - "$PROBE_QUEUE" <<'PY'
+import contextlib, sys
+from pathlib import Path
+from attnlab.cli import bench
+queue = Path(sys.argv[1])
+records = queue.read_text().split("\0\0")[:-1]
+queue.unlink()
+for args in (record.split("\0") for record in records):
+    log = Path(args[args.index("--json") + 1]).with_suffix(".log")
+    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        try:
+            bench.main(args)
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    if code:
+        tail = log.read_text()[-3000:]
+        print(f"attnlab-bench {' '.join(args)}: exit {code}\n{tail}", file=sys.stderr)
+        sys.exit(code)
+PY
 }
 
 multi30k() {

@@ -4,6 +4,8 @@ saved arrays a causal map is exactly zero above the diagonal and padding gets ze
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -32,28 +34,39 @@ def _assert_causal(w: np.ndarray) -> None:
 
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory):
-    """A tiny copy run with the callback on; returns its directory."""
+    """A tiny copy run (4 steps) with the callback on (every 3 steps: at step 3, and at the end,
+    step 4; two examples) and W&B offline; returns its directory."""
+    import os
+
     from attnlab.config.compose import compose_config
     from conftest import CONF_DIR, TINY
 
-    run_dir = tmp_path_factory.mktemp("attention") / "run"
-    ovs = [*TINY, "data=copy", "logger=none", f"paths.run_dir={run_dir}"]
-    ovs += ["callbacks.attention_maps.every_n_steps=2", "callbacks.attention_maps.n_examples=6"]
-    train(compose_config(CONF_DIR, ovs), ovs)
+    root = tmp_path_factory.mktemp("attention")
+    run_dir = root / "run"
+    ovs = [*TINY, "data=copy", "logger=wandb", f"paths.run_dir={run_dir}"]
+    ovs += ["callbacks.attention_maps.every_n_steps=3", "callbacks.attention_maps.n_examples=2"]
+    before = {n: v for n, v in os.environ.items() if n.startswith("WANDB_")}
+    os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(root))
+    try:
+        train(compose_config(CONF_DIR, ovs), ovs)
+    finally:  # W&B's variables as they were (conftest: each test starts without its service)
+        for name in [n for n in os.environ if n.startswith("WANDB_")]:
+            del os.environ[name]
+        os.environ.update(before)
     return run_dir
 
 
 def test_callback_renders_fixed_examples_every_n_steps_and_pads_get_no_weight(copy_run):
     import torch
 
-    steps = sorted(p.name for p in (copy_run / "attention").iterdir())
-    assert steps == ["step=2", "step=4"]
+    steps = sorted(p.name for p in (copy_run / "attention").glob("step=*"))
+    assert steps == ["step=3", "step=4"]  # every 3rd step, and at the end of training
     arrays = np.load(copy_run / "attention" / "step=4" / "attention.npz")
     assert set(arrays.files) == set(ENC_DEC)
     enc, cross = arrays[ENC_DEC[0]], arrays[ENC_DEC[2]]
     b, h, s, _ = enc.shape
-    assert b == 6 and h == 2
-    # The same six validation examples at every render: source pads are the all-zero columns.
+    assert b == 2 and h == 2
+    # The same two validation examples at every render: source pads are the all-zero columns.
     from hydra.utils import instantiate
 
     from attnlab.config.compose import compose_config
@@ -62,16 +75,18 @@ def test_callback_renders_fixed_examples_every_n_steps_and_pads_get_no_weight(co
 
     dm = instantiate(to_plain(compose_config(CONF_DIR, [*TINY, "data=copy"]).data))
     dm.setup()
-    src = next(iter(dm.val_dataloader()))["src"][:6]
+    src = next(iter(dm.val_dataloader()))["src"][:2]
     pads = (src == PAD_ID).numpy()
     assert pads.any() and src.size(1) == s  # some examples are padded
+    step3 = np.load(copy_run / "attention" / "step=3" / "attention.npz")[ENC_DEC[0]]
+    assert np.array_equal(step3 == 0.0, enc == 0.0)  # the same examples: the same pads
     for w in (enc, cross):
-        for i in range(6):  # every query of every head: zero weight on the pad keys
+        for i in range(2):  # every query of every head: zero weight on the pad keys
             assert np.all(w[i][:, :, pads[i]] == 0.0) and np.all(w[i][:, :, ~pads[i]] > 0)
     assert torch.isfinite(torch.from_numpy(enc)).all()
     _assert_causal(arrays[ENC_DEC[1]])
-    for name in ENC_DEC:
-        png = copy_run / "attention" / "step=4" / "example0" / f"{name}.png"
+    for step, example, name in itertools.product((3, 4), (0, 1), ENC_DEC):
+        png = copy_run / "attention" / f"step={step}" / f"example{example}" / f"{name}.png"
         assert png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -88,8 +103,9 @@ def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{n}.png" for n in ENC_DEC)
     # without --target: the model's own greedy output, under <run_dir>/attention/<the input>;
     # a second input gets a folder of its own
+    # (the second given as ckpt=<file>: attnlab-eval's spelling is taken too)
     assert attention_main([str(ckpt), "1 2 3"]) == 0
-    assert attention_main([str(ckpt), "4 5"]) == 0
+    assert attention_main([f"ckpt={ckpt}", "4 5"]) == 0
     first, second = sorted((copy_run / "attention").glob("input-*"), key=lambda p: p.name)
     assert first.name.startswith("input-1_2_3-") and second.name.startswith("input-4_5-")
     t = np.load(first / "attention.npz")[ENC_DEC[1]].shape[1]
@@ -103,8 +119,7 @@ def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp
         'symbols 0..15 (e.g. "5 9 2 7")'
     )
     assert attention_main([str(tmp_path / "missing.ckpt"), "1 2"]) == 2
-    # attnlab-eval's spelling is taken, and a bad file's example names no ckpt= it does not take
-    assert attention_main([f"ckpt={ckpt}", "1 2 3", "--out", str(tmp_path / "eq")]) == 0
+    # a bad file's example names no ckpt= it does not take
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
     capsys.readouterr()
     assert attention_main([str(tmp_path / "junk.ckpt"), "1 2"]) == 2
@@ -153,16 +168,10 @@ def test_decoder_only_maps_are_causal(compose, tiny_run, tmp_path):
     _assert_causal(w)
 
 
-def test_callback_logs_wandb_images(compose, tiny_run, tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    run_dir = tmp_path / "run"
-    _train(
-        compose, tiny_run, run_dir, "logger=wandb", "trainer.max_steps=2",
-        "callbacks.attention_maps.every_n_steps=2",
-    )  # fmt: skip
+def test_callback_logs_wandb_images(copy_run):
+    """The callback's PNGs are W&B images of the run (copy_run logs to W&B offline)."""
     needle = b"attention/decoder.layers.0.cross_attn"
-    assert needle in wandb_offline_bytes(run_dir, needle)
+    assert needle in wandb_offline_bytes(copy_run, needle)
 
 
 def test_attention_command_logs_into_the_runs_wandb_run(copy_run, tmp_path, monkeypatch):

@@ -4,8 +4,6 @@ naming the key or the file, exit code 2, no traceback, and nothing written to a 
 from __future__ import annotations
 
 import gzip
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from attnlab.pipeline.preflight import preflight
 from build_utils import dry_build
+from cli_run_cache import parallel_text_run, single_runs
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -49,10 +48,6 @@ def _checkpoint(path: Path, **model) -> Path:
     return _saved(
         path, {"state_dict": {}, "global_step": 5, "hyper_parameters": {"model": options}}
     )
-
-
-def gz(path: Path, text: str) -> Path:
-    return write(path, gzip.compress(text.encode()))
 
 
 # (id, overrides built from tmp_path, text the one line must contain)
@@ -155,43 +150,40 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, overrides, expected):
     assert not (tmp_path / "out").exists()
 
 
-def test_broken_data_leaves_an_existing_run_untouched(tmp_path):
+def test_broken_data_leaves_an_existing_run_untouched(tmp_path_factory, monkeypatch, capsys):
     """Same command, same run directory: after its data file breaks, the rerun stops at the
-    preflight and writes nothing into the directory of the earlier run."""
-    src = gz(tmp_path / "train.en.gz", "a b c\nd e f\ng h i\n" * 20)
-    tgt = gz(tmp_path / "train.de.gz", "x y z\nu v w\nr s t\n" * 20)
-    data = [
-        "data=parallel_text",
-        f"data.train_src={src}",
-        f"data.train_tgt={tgt}",
-        f"data.val_src={src}",
-        f"data.val_tgt={tgt}",
-        "data.vocab_size=40",
-        "model.d_model=16",
-        "model.n_heads=2",
-        "model.d_ff=32",
-        "model.n_encoder_layers=1",
-        "model.n_decoder_layers=1",
-        "trainer.max_steps=2",
-        "trainer.num_sanity_val_steps=0",
-        "trainer.enable_progress_bar=false",
-        "logger=csv",
-        f"paths.root={tmp_path / 'out'}",
-    ]
-    env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "attnlab.cli.train", *data]
-    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert first.returncode == 0, first.stderr[-2000:]
-    (run_dir,) = (tmp_path / "out" / "default").iterdir()
-    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*") if p.is_file()}
+    preflight and writes nothing into the directory of the earlier run (nor anywhere else). The
+    first run is attnlab-train's entry point in a fresh interpreter (cli_run_cache.single_runs:
+    its second command line, cli_run_cache.parallel_text_run); the rerun is the same command
+    through the same function, attnlab.cli.train.main, in this process."""
+    from attnlab.cli import train as cli
 
+    folder, ran = single_runs(tmp_path_factory)  # this test alone reads folder/parallel
+    first = ran["runs"][1]
+    assert first["code"] == 0, ran["out"][-2000:]
+    (run_dir,) = (folder / "parallel" / "out" / "default").iterdir()
+    assert (run_dir / "results.json").is_file()
+
+    def files() -> dict:
+        return {
+            p: (p.stat().st_mtime_ns, p.read_bytes())
+            for sub in ("parallel", "cache")
+            for p in (folder / sub).rglob("*")
+            if p.is_file()
+        }
+
+    src = folder / "parallel" / "train.en.gz"
     write(src, gzip.compress(b"a b c\n")[:-4])  # truncated gzip
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert again.returncode == 2
-    assert again.stderr.count("\n") == 1 and str(src) in again.stderr
-    assert "Traceback" not in again.stderr
-    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*") if p.is_file()}
-    assert after == before
+    before = files()
+    monkeypatch.setenv("ATTNLAB_CACHE", str(folder / "cache"))
+    monkeypatch.setattr(sys, "argv", ["attnlab-train", *parallel_text_run(folder)])
+    with pytest.raises(SystemExit) as again:
+        cli.main()
+    assert again.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(src) in err
+    assert "Traceback" not in err
+    assert files() == before
 
 
 def test_a_checkpoint_of_this_architecture_passes_the_resume_check(tmp_path):

@@ -79,23 +79,21 @@ def test_quick_bench_writes_every_section(tmp_path):
     assert 0 < ac["on"]["peak_bytes"] < ac["off"]["peak_bytes"] and ac["saving_pct"] > 0
 
 
-def test_decoding_of_a_decoder_only_model_on_pairs(tmp_path):
+def test_decoding_of_a_decoder_only_model_on_pairs(tmp_path, capsys):
     """debug=tiny's reversal pairs batched for a decoder-only model: greedy cached and not,
-    beam 4 continuing the prompt (always cached)."""
+    beam 4 continuing the prompt (always cached). attnlab-bench's main in this process (-v: the
+    libraries' warnings left as this process has them; the command itself runs in
+    test_quick_bench_writes_every_section)."""
+    from attnlab.cli import bench
+
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "attnlab.cli.bench", "--decoding", "--quick", "debug=tiny"]
-    proc = subprocess.run(
-        [*cmd, "model.arch=decoder_only", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "WANDB_MODE": "disabled"},
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    bench.main(["-v", "--decoding", "--quick", "debug=tiny", "model.arch=decoder_only",
+                "--json", str(out)])  # fmt: skip
+    stdout = capsys.readouterr().out
     dec = json.loads(out.read_text())["decoding"]
     assert _positive(dec["greedy"]["uncached"]["sentences_per_s"])
     assert _positive(dec["beam4"]["cached"]["sentences_per_s"]) and "uncached" not in dec["beam4"]
-    assert "beam4   " in proc.stdout and "n/a" in proc.stdout
+    assert "beam4   " in stdout and "n/a" in stdout
 
 
 def test_a_bad_override_is_one_line_and_exit_2():

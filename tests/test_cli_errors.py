@@ -1,5 +1,6 @@
 """Bad values end in one line on stderr naming the key (and the valid choices), exit code 2,
-and no traceback: checked in-process through `preflight`, and end to end for two commands."""
+and no traceback: checked in-process through `preflight`, and end to end for a single run and a
+multirun (the commands that only print, too: --help, --cfg job)."""
 
 import os
 import subprocess
@@ -11,6 +12,7 @@ import torch
 
 from attnlab.config.compose import describe
 from attnlab.pipeline.preflight import preflight
+from cli_run_cache import light_commands
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -154,41 +156,58 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has 
     ("args", "key"),
     [
         pytest.param(["-m", "trainer=cpu,gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
+        pytest.param(["trainer.accelerator=gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
+        (["-m", "model.dropout=0.1,-0.5"], "model.dropout=-0.5"),
         (["experiment=multi30k_cpu", "data.root=mistyped/m"], "data.root: mistyped/m does not e"),
         (["experiment=tinyshakespeare", "data.root=mistyped/ts"], "data.root: mistyped/ts does "),
+        # a mistyped data folder: one line, the folder is not created
+        (["data=multi30k", "data.root=mistyped/multi30k"], "data.root: mistyped/multi30k does n"),
     ],
 )
 def test_the_preflight_refuses_presets_and_multiruns_in_one_line(tmp_path, monkeypatch, capsys,
                                                                  args, key):  # fmt: skip
-    """In-process, as the end-to-end cases below but without a process each (about 8 s)."""
+    """In-process, as the end-to-end commands below but without a process each (about 8 s
+    each: the preflight builds the run dry, so the process imports torch and Lightning)."""
     monkeypatch.chdir(tmp_path)
     assert _preflight_error(capsys, args).startswith(f"attnlab-train: error: {key}")
     assert not (tmp_path / "mistyped").exists()
 
 
-@pytest.mark.parametrize(
-    ("args", "key"),
-    [
-        (["model.pos_encoding=foo"], "model.pos_encoding='foo'"),
-        (["-m", "model.dropout=0.1,-0.5"], "model.dropout=-0.5"),
-        pytest.param(["trainer.accelerator=gpu"], "trainer.accelerator='gpu'", marks=NO_GPU),
-        # a mistyped data folder: one line, no download attempt, the folder is not created
-        (["data=multi30k", "data.root=mistyped/multi30k"], "data.root: mistyped/multi30k does n"),
-    ],
-)
-def test_command_line_exits_2_without_traceback(tmp_path, args, key):
+def _exits_2_with_one_line(code, stdout: str, stderr: str, cwd: Path, key: str) -> None:
+    """Exit code 2, one line on stderr naming `key`, no traceback, nothing written in `cwd`."""
+    assert code == 2
+    assert stderr.startswith(f"attnlab-train: error: {key}")
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr + stdout
+    assert not (cwd / "outputs").exists() and not (cwd / "multirun").exists()
+    assert not (cwd / "mistyped").exists()
+
+
+def test_command_line_exits_2_without_traceback(tmp_path):
+    """`python -m attnlab.cli.train -m data=multi30k data.root=mistyped/multi30k
+    data.download=true,false`: the second job's data folder is mistyped, so the multirun stops
+    before its first job (which would download into that folder) with one line; no download
+    attempt, the folder is not created, nothing is written."""
+    args = ["-m", "data=multi30k", "data.root=mistyped/multi30k", "data.download=true,false"]
     proc = _cli(*args, cwd=tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith(f"attnlab-train: error: {key}")
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr + proc.stdout
-    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
-    assert not (tmp_path / "mistyped").exists()
+    key = "data.root: mistyped/multi30k does n"
+    _exits_2_with_one_line(proc.returncode, proc.stdout, proc.stderr, tmp_path, key)
 
 
-def test_cfg_job_resolve_prints_the_resolved_config(tmp_path):
-    proc = _cli("--cfg", "job", "--resolve", "seed=3", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "run_dir: outputs/default/s_3-" in proc.stdout and "${" not in proc.stdout
+def test_a_single_run_exits_2_without_traceback(tmp_path_factory):
+    """`attnlab-train model.pos_encoding=foo` in a fresh interpreter, in an empty folder
+    (cli_run_cache.light_commands)."""
+    folder, ran = light_commands(tmp_path_factory)
+    run = ran["runs"]["model.pos_encoding=foo"]
+    key = "model.pos_encoding='foo'"
+    _exits_2_with_one_line(run["code"], run["stdout"], run["stderr"], folder, key)
+
+
+def test_cfg_job_resolve_prints_the_resolved_config(tmp_path_factory):
+    """`attnlab-train --cfg job --resolve seed=3` (cli_run_cache.light_commands)."""
+    _, ran = light_commands(tmp_path_factory)
+    run = ran["runs"]["cfg_resolve"]
+    assert run["code"] == 0, run["stderr"][-2000:]
+    assert "run_dir: outputs/default/s_3-" in run["stdout"] and "${" not in run["stdout"]
 
 
 def test_your_own_presets_come_from_config_dir(tmp_path, capsys):
@@ -201,19 +220,21 @@ def test_your_own_presets_come_from_config_dir(tmp_path, capsys):
     preflight(["--config-dir", str(tmp_path), "experiment=mine", "model.d_model=96"], CONF_DIR)
 
 
-def test_help_lists_the_config_groups_and_options(tmp_path):
-    proc = _cli("--help", cwd=tmp_path)
-    assert proc.returncode == 0
+def test_help_lists_the_config_groups_and_options(tmp_path_factory):
+    """`attnlab-train --help` (cli_run_cache.light_commands)."""
+    _, ran = light_commands(tmp_path_factory)
+    proc = ran["runs"]["help"]
+    assert proc["code"] == 0
     models = (
         "model: lm_small, multi30k_cpu, multi30k_cpu_decoder_only, small, small_decoder_only, "
         "transformer_base, transformer_big"
     )
-    assert models in proc.stdout
-    assert "scheduler: constant, cosine, inverse_sqrt, noam" in proc.stdout
+    assert models in proc["stdout"]
+    assert "scheduler: constant, cosine, inverse_sqrt, noam" in proc["stdout"]
     data = "data: copy, lm_text, multi30k, parallel_text, reverse, shift, sort, tinyshakespeare"
-    assert data in proc.stdout
+    assert data in proc["stdout"]
     for group in ("data:", "optim:", "trainer:", "logger:", "callbacks:", "experiment:"):
-        assert f"\n{group} " in proc.stdout, group
+        assert f"\n{group} " in proc["stdout"], group
 
 
 @pytest.mark.parametrize(
@@ -227,12 +248,15 @@ def test_help_lists_the_config_groups_and_options(tmp_path):
         ),
     ],
 )
-def test_data_of_the_wrong_task_names_the_option_and_what_fits(tmp_path, args, message):
+def test_data_of_the_wrong_task_names_the_option_and_what_fits(capsys, args, message):
     """A token stream cannot train an encoder-decoder. (Sentence pairs train either
-    architecture: tests/test_evaluate.py's decoder-only translation.)"""
-    proc = _cli(*args, "logger=none", cwd=tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr == f"attnlab-train: error: {message}\n"
+    architecture: tests/test_evaluate.py's decoder-only translation.) Checked by the preflight
+    in-process; the console prints the preflight's line and exits 2 (the end-to-end tests
+    above)."""
+    with pytest.raises(SystemExit) as info:
+        preflight([*args, "logger=none"], CONF_DIR)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == f"attnlab-train: error: {message}\n"
 
 
 def test_a_target_whose_module_fails_to_import_says_why(tmp_path, monkeypatch):

@@ -1,9 +1,9 @@
 """Multi-process training on CPU: `trainer=ddp trainer.accelerator=cpu trainer.devices=2` (gloo).
 
-One single-process run and a local sweep of two 2-process DDP trials (loss.normalize =
-tokens_global and tokens) are started once for the module, at the same time, on the same global
-batches (variable lengths, so the ranks hold different numbers of target tokens). The tests
-then compare their metrics.csv files step by step.
+One single-process run (in this process) and a local sweep of two 2-process DDP trials
+(loss.normalize = tokens_global and tokens) run once for the session, at the same time, on
+the same global batches (variable lengths, so the ranks hold different numbers of target tokens).
+The tests then compare their metrics.csv files step by step.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import yaml
 from attnlab.config.resolvers import world_size
 from attnlab.pipeline.preflight import preflight
 from build_utils import dry_build
+from cli_run_cache import shared
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
@@ -53,29 +54,15 @@ RUN = [
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
-    """{"single": run dir, "tokens_global": run dir, "tokens": run dir, "summary": dict,
-    "logs": {trial name: trial.log text}}."""
-    from attnlab.cli import sweep
+def _start_runs(tmp: Path) -> dict:
+    """The single-process run in this process (attnlab.pipeline.train, in tmp/1) while
+    attnlab-sweep's process runs the DDP trials (in tmp/sweep): what the tests read, as JSON."""
+    from attnlab.config.compose import compose_config
+    from attnlab.pipeline.train import train
 
-    tmp = tmp_path_factory.mktemp("ddp")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp)
         mp.setenv("WANDB_MODE", "disabled")
-        single = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "attnlab.cli.train",
-                *RUN,
-                "trainer=cpu",
-                f"hydra.run.dir={tmp}/1",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
         sweep_file = tmp / "ddp_sweep.yaml"
         sweep_file.write_text(
             yaml.safe_dump(
@@ -90,18 +77,42 @@ def runs(tmp_path_factory) -> dict:
             )
         )
         out = tmp / "sweep"
-        code = sweep.main([str(sweep_file), *RUN, *DDP, "--out", str(out)])
-        output = single.communicate(timeout=300)[0]
-    assert single.returncode == 0, output[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
-    logs = {d.name: (d / "trial.log").read_text() for d in out.iterdir() if d.is_dir()}
-    assert code == 0, "\n".join(text[-3000:] for text in logs.values())
-    dirs = {d.name.split("-", 1)[1]: d for d in out.iterdir() if d.is_dir()}
+        with open(tmp / "sweep.log", "w") as log:  # the sweep's own process starts the trials
+            cmd = [sys.executable, "-m", "attnlab.cli.sweep", str(sweep_file), *RUN, *DDP]
+            sweep = subprocess.Popen([*cmd, "--out", str(out)], stdout=log, stderr=log)
+            single = [*RUN, "trainer=cpu", f"paths.run_dir={tmp / '1'}"]
+            try:
+                record = train(compose_config(CONF_DIR, single), single)  # meanwhile, here
+                code = sweep.wait(timeout=600)
+            finally:
+                sweep.kill()  # nothing if it has ended
+    trials = [d for d in out.iterdir() if d.is_dir()] if out.is_dir() else []
+    return {
+        "single_status": record["status"],
+        "code": code,
+        "sweep_log": (tmp / "sweep.log").read_text()[-3000:],
+        "logs": {d.name: (d / "trial.log").read_text() for d in trials},
+        "dirs": {d.name.split("-", 1)[1]: str(d) for d in trials},
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """{"single": run dir, "tokens_global": run dir, "tokens": run dir, "summary": dict,
+    "logs": {trial name: trial.log text}}: _start_runs once per pytest session (the tests on
+    another xdist worker wait for it and read its folders: cli_run_cache.shared)."""
+    tmp, started = shared(tmp_path_factory, "ddp-runs", _start_runs)
+    logs = started["logs"]
+    assert started["single_status"] == "completed", started
+    assert started["code"] == 0, "\n".join(
+        [started["sweep_log"], *(t[-3000:] for t in logs.values())]
+    )
+    dirs = {name: Path(d) for name, d in started["dirs"].items()}
     return {
         "single": tmp / "1",
         "tokens_global": dirs["normalize_tokens_global"],
         "tokens": dirs["normalize_tokens"],
-        "summary": summary,
+        "summary": json.loads((tmp / "sweep" / "summary.json").read_text()),
         "logs": logs,
     }
 

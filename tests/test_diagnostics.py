@@ -73,7 +73,7 @@ def test_layer_grad_norms_split_the_gradient_by_encoder_and_decoder_layer():
     assert summed == pytest.approx(float(total) ** 2, rel=1e-4)
 
 
-def _trained_logit_max(lr: float, qk_norm: bool, steps: int = 60) -> float:
+def _trained_logit_max(lr: float, qk_norm: bool, steps: int = 30) -> float:
     """Post-LN tiny model trained on reverse for `steps` Adam steps at `lr`; its largest
     attention logit on the training batch."""
     torch.manual_seed(0)
@@ -92,11 +92,11 @@ def _trained_logit_max(lr: float, qk_norm: bool, steps: int = 60) -> float:
 
 def test_a_higher_learning_rate_grows_the_largest_attention_logit_and_qk_norm_bounds_it():
     """Dehghani et al. (2023), Wortsman et al. (2023): attention logits grow with the learning
-    rate (here 8 -> about 140 from lr 1e-3 to 3e-2 in 60 steps); with qk_norm the logits are
-    dot products of unit-scale vectors over sqrt(d_k), and stay near sqrt(d_k) = 2.8."""
-    low, high = _trained_logit_max(1e-3, False), _trained_logit_max(3e-2, False)
+    rate (here 8 -> about 80 from lr 1e-3 to 5e-2 in 30 steps); with qk_norm the logits are
+    dot products of unit-scale vectors over sqrt(d_k), and stay near sqrt(d_k) = 2.8 (4.5 here)."""
+    low, high = _trained_logit_max(1e-3, False), _trained_logit_max(5e-2, False)
     assert high > 5 * low
-    assert _trained_logit_max(3e-2, True) < 10 < high
+    assert _trained_logit_max(5e-2, True) < 10 < high
 
 
 def test_z_loss_is_the_mean_square_log_partition_over_real_targets():

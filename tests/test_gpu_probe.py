@@ -1,6 +1,7 @@
 """The GPU probe (scripts/gpu_battery.sh probe, issue 48) dry-run on the CPU: the same commands
-with tiny sizes, so the first call on a lent GPU does not fail on its wiring (overrides, the
-sweep file, the files the table reads). The figures of a dry run mean nothing."""
+with tiny sizes (the six attnlab-bench variants with their same arguments, in one process), so
+the first call on a lent GPU does not fail on its wiring (overrides, the sweep file, the files
+the table reads). The figures of a dry run mean nothing."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ def test_the_probe_dry_run_writes_its_json_and_table(tmp_path):
         "no_skip_padding",
     ]
     assert all(row["tokens_per_s"] > 0 for row in probe["switches"])
+    out = tmp_path / "out"
+    # each variant's output in its own log, as on a GPU
+    logs = [out / "probe-base.log", *(out / f"probe-{v}.log" for v in variants[1:])]
+    assert all("attnlab-bench: figures in" in log.read_text() for log in logs)
+    assert not (out / "probe-bench.queue").exists()  # the dry run's queue of bench arguments
     for key in ("at_once", "one_at_a_time"):
         assert probe["trials"][key]["completed"] == 2, probe["trials"]
     assert "trials/hour" in (tmp_path / "out" / "battery-probe.md").read_text()

@@ -59,7 +59,12 @@ def test_compiled_model_checkpoints_resume_and_average_like_an_eager_one(
 
 def test_the_compile_mode_reaches_torch_compile(compose, tmp_path, monkeypatch):
     """model.compile_mode is torch.compile's `mode` (reduce-overhead: CUDA graphs on a GPU);
-    unset, torch's default; without model.compile nothing is compiled."""
+    unset, torch's default; without model.compile nothing is compiled. The module compiles its
+    model when built, as attnlab-train builds it (a compiled run trains, resumes and averages:
+    test_compiled_model_checkpoints_resume_and_average_like_an_eager_one)."""
+    from attnlab.config.plain import plain_config
+    from attnlab.pipeline.build import build
+
     original, modes = torch.nn.Module.compile, []
 
     def record(self, *args, **kwargs):
@@ -67,12 +72,14 @@ def test_the_compile_mode_reaches_torch_compile(compose, tmp_path, monkeypatch):
         return original(self, backend="eager")  # dynamo only: seconds, not a minute
 
     monkeypatch.setattr(torch.nn.Module, "compile", record)
-    results = _run(
-        compose, tmp_path / "a", "model.compile=true", "model.compile_mode=reduce-overhead"
-    )
-    assert results["status"] == "completed"
-    _run(compose, tmp_path / "b", "model.compile=true")
-    _run(compose, tmp_path / "c", "model.compile_mode=max-autotune")  # not compiled: ignored
+    for name, overrides in (
+        ("a", ["model.compile=true", "model.compile_mode=reduce-overhead"]),
+        ("b", ["model.compile=true"]),
+        ("c", ["model.compile_mode=max-autotune"]),  # not compiled: ignored
+    ):
+        ovs = ["debug=tiny", "logger=none", f"paths.run_dir={tmp_path / name}", *overrides]
+        module = build(plain_config(compose(ovs)), tmp_path / name).module
+        assert (module.model._compiled_call_impl is not None) == (name != "c")
     assert modes == ["reduce-overhead", None]
 
 

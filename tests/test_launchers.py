@@ -3,6 +3,7 @@ from their own processes: attnlab.runs.multirun), and says which jobs did not su
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,21 +25,53 @@ DIVERGING = [
 ]
 
 
+# Runs attnlab-train's entry point once per argv (JSON) in one fresh interpreter, as the console
+# script does: after every command line but the last, MARK, its exit code and a newline on stdout;
+# the last one's SystemExit is the interpreter's exit code, as the console script's would be.
+MARK = "\x1eEXIT "
+DRIVER = f"""
+import json, sys
+from attnlab.cli.train import main
+
+*first, last = json.loads(sys.argv[1])
+for argv in first:
+    sys.argv = ["attnlab-train", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    print({MARK!r} + json.dumps(code), flush=True)
+sys.argv = ["attnlab-train", *last]
+main()
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "launcher",
+    "launchers",
+    # basic and submitit_local multiruns in one interpreter, one after the other (one start of
+    # torch and Lightning, not two; submitit's jobs are processes of their own all the same);
     # joblib is long (its worker pool starts slowly); basic and submitit_local collect the same
-    ["basic", "submitit_local", pytest.param("joblib", marks=pytest.mark.long)],
+    [("basic", "submitit_local"), pytest.param(("joblib",), marks=pytest.mark.long)],
+    ids=["basic+submitit_local", "joblib"],
 )
-def test_a_diverged_job_makes_the_multirun_fail_on_every_launcher(tmp_path, launcher):
-    cmd = [sys.executable, "-m", "attnlab.cli.train", "-m", f"hydra/launcher={launcher}",
-           *TINY, *DIVERGING, f"paths.multirun_root={tmp_path / 'multirun'}"]  # fmt: skip
+def test_a_diverged_job_makes_the_multirun_fail_on_every_launcher(tmp_path, launchers):
+    argvs = [["-m", f"hydra/launcher={launcher}", *TINY, *DIVERGING,
+              f"paths.multirun_root={tmp_path / launcher}"] for launcher in launchers]  # fmt: skip
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]  # diverged
-    assert "attnlab-train: multirun: 2 jobs: 1 completed, 1 diverged" in proc.stdout
-    (job_line,) = [ln for ln in proc.stdout.splitlines() if "  job " in ln]
-    assert "job 1 diverged: " in job_line and "scheduler.peak_lr=1000" in job_line
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(argvs)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    tail = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 3, tail  # diverged: the last multirun's, the interpreter's exit
+    first, *rest = proc.stdout.split(MARK)  # the next command's output after each code's line
+    assert [json.loads(part.partition("\n")[0]) for part in rest] == [3] * (len(launchers) - 1)
+    outputs = [first, *(part.partition("\n")[2] for part in rest)]
+    for launcher, stdout in zip(launchers, outputs, strict=True):
+        assert "attnlab-train: multirun: 2 jobs: 1 completed, 1 diverged" in stdout, launcher
+        (job_line,) = [ln for ln in stdout.splitlines() if "  job " in ln]
+        assert "job 1 diverged: " in job_line and "scheduler.peak_lr=1000" in job_line
+        assert f"paths.multirun_root={tmp_path / launcher} " in job_line  # its own multirun's
 
 
 @pytest.mark.parametrize("digits", ["123456789012", "1234e5678901", "0123456789ab"])

@@ -4,11 +4,9 @@ the run's log. Known-harmless lines are silenced at their source (attnlab.runs.q
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 
 from attnlab.runs import quiet
+from cli_run_cache import single_runs
 
 NOISE = (
     "GPU available",  # Lightning's accelerator census
@@ -46,30 +44,19 @@ def test_the_resume_time_checkpoint_folder_warning_is_silenced_and_others_are_no
     assert [str(w.message) for w in caught] == ["a real warning"]
 
 
-def test_a_run_prints_no_known_noise_and_its_train_log_holds_its_log(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONWARNINGS": "default"}
-    argv = [
-        "debug=tiny",
-        "trainer.max_steps=6",
-        "trainer.enable_model_summary=true",
-        "logger=wandb",
-        f"paths.root={tmp_path}",
-        "name=quiet",
-    ]
-    code = (
-        f"import sys; sys.argv = ['attnlab-train', *{argv!r}]\n"
-        "from attnlab.cli.train import main\nmain()"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
+def test_a_run_prints_no_known_noise_and_its_train_log_holds_its_log(tmp_path_factory):
+    """A tiny run of 6 steps with its model summary, W&B offline and Python's default warnings
+    shown (cli_run_cache.single_runs: `name=quiet`, the first command line of its interpreter;
+    what the interpreter printed when it exited is checked too)."""
+    folder, ran = single_runs(tmp_path_factory)
+    run = ran["runs"][0]
+    out = run["stdout"] + run["stderr"] + ran["exit_out"]
+    assert ran["returncode"] == 0 and run["code"] == 0, ran["out"][-3000:]
     for noise in NOISE:
         assert noise not in out, f"{noise!r} on the console:\n{out}"
     assert "Trainable params" in out  # the summary itself stays
     assert "attnlab-train: completed:" in out
-    (log,) = tmp_path.glob("quiet/*/train.log")
+    (log,) = folder.glob("quiet/*/train.log")
     text = log.read_text()
     assert "[attnlab_train][INFO] - completed:" in text
     assert "Trainable params" in text and "`Trainer.fit` stopped" in text

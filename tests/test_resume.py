@@ -1,5 +1,7 @@
-"""Runs that survive (issue 6): SIGKILL + rerun is bit-identical, SIGTERM checkpoints and stops,
-a truncated checkpoint is skipped, a completed run is not retrained, divergence is recorded."""
+"""Runs that survive (issue 6): SIGKILL + rerun is bit-identical, a completed run is not
+retrained. (SIGTERM checkpoints and stops, and a truncated checkpoint is skipped: the chains of
+interrupts in tests/test_resume_rows.py; a diverging sweep trial is recorded and the sweep goes
+on: test_a_sweep_resumes_its_interrupted_trial_and_goes_on_past_a_diverging_one there.)"""
 
 from __future__ import annotations
 
@@ -16,18 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from resume_references import DRIVER, KILL_RUN, references
 
 pytestmark = pytest.mark.slow
 
-RUN = [
-    *TINY,
-    "trainer.max_steps=80",
-    "trainer.val_check_interval=20",
-    "checkpoint.every_n_steps=5",
-    "model.dropout=0.1",  # dropout draws must continue exactly after a resume
-    "logger=[wandb,tensorboard]",
-]
+RUN = KILL_RUN  # 40 steps, a row every step, validations every 20, W&B and TensorBoard
 
 
 def command(root: Path, *extra: str) -> list[str]:
@@ -92,12 +87,12 @@ def start_and_wait_for_checkpoint(
     pytest.fail(f"no checkpoint at step {step} in time")
 
 
-def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
-    whole = run(command(tmp_path / "whole"), tmp_path)
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    expected = results(tmp_path / "whole")
-
-    kill_step = random.choice(range(10, 50, 5))
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path, tmp_path_factory):
+    """Killed at a random checkpoint, the same command resumes it; compared with the same
+    command's uninterrupted run (tests/resume_references.py). (That the same command then
+    answers "already completed" and trains nothing:
+    test_a_run_made_before_a_preset_was_edited_is_refused_not_reported.)"""
+    kill_step = random.choice(range(10, 35, 5))
     print("killing after the checkpoint of step", kill_step)
     root = tmp_path / "killed"
     # Killed after rows past the checkpoint were logged (they must not be duplicated). A kill
@@ -113,7 +108,9 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming from" in again.stdout
     final = results(root)
-    assert final["status"] == "completed" and final["steps"] == 80
+    assert final["status"] == "completed" and final["steps"] == 40
+    whole = references(tmp_path_factory) / "whole"
+    expected = results(whole)
     # Bit for bit (JSON floats compared exactly), but for the wall-clock throughput.
     assert _learned(final["metrics"]) == _learned(expected["metrics"])
     assert final["wandb_run_id"] == first_id
@@ -124,21 +121,18 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
     assert f"wandb sync --id {first_id} {offline_runs[0]} {offline_runs[1]}" in again.stdout
     # Every logging step once, with the uninterrupted run's values, in metrics.csv, W&B and
     # TensorBoard, each read back with its own reader.
-    rows = csv_rows(run_dir(tmp_path / "whole"))
+    rows = csv_rows(run_dir(whole))
     assert [_learned(r) for r in csv_rows(run_dir(root))] == [_learned(r) for r in rows]
-    history = [item for run in offline_runs for item in wandb_history(run)]
+    records = [wandb_records(segment) for segment in offline_runs]
+    history = [item for segment in records for item in wandb_history(segment)]
     assert [h["_step"] for h in history] == list(range(len(rows)))
     assert [h["trainer/global_step"] for h in history] == [r["step"] for r in rows]
     assert [h.get("train/loss") for h in history] == [r.get("train/loss") for r in rows]
-    assert wandb_exit_code(offline_runs[1]) == 0
+    assert wandb_exit_code(records[1]) == 0
     losses = tensorboard_scalars(run_dir(root), "train/loss")
     assert losses == [
         (r["step"], pytest.approx(r["train/loss"])) for r in rows if "train/loss" in r
     ]
-
-    done = run(command(root), tmp_path)  # a third time: nothing to do
-    assert done.returncode == 0 and "already completed" in done.stdout
-    assert _learned(results(root)["metrics"]) == _learned(expected["metrics"])
 
 
 def csv_rows(run: Path) -> list[dict]:
@@ -154,12 +148,14 @@ def wandb_records(segment: Path) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def wandb_history(segment: Path) -> list[dict]:
-    return [r["history"]["item"] for r in wandb_records(segment) if r["type"] == "history"]
+def wandb_history(records: list[dict]) -> list[dict]:
+    """The history rows among an offline W&B run directory's records (wandb_records)."""
+    return [r["history"]["item"] for r in records if r["type"] == "history"]
 
 
-def wandb_exit_code(segment: Path) -> int | None:
-    exits = [r["exit"].get("exit_code", 0) for r in wandb_records(segment) if r["type"] == "exit"]
+def wandb_exit_code(records: list[dict]) -> int | None:
+    """The exit code among an offline W&B run directory's records (wandb_records)."""
+    exits = [r["exit"].get("exit_code", 0) for r in records if r["type"] == "exit"]
     return exits[-1] if exits else None
 
 
@@ -177,58 +173,60 @@ def _learned(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if k != "train/tokens_per_sec"}
 
 
-def test_sigterm_checkpoints_then_a_truncated_checkpoint_is_skipped(tmp_path):
-    root = tmp_path / "run"
-    proc = start_and_wait_for_checkpoint(command(root), tmp_path, root, 15)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 4  # EXIT_CODES["interrupted"]
-    record = results(root)
-    assert record["status"] == "interrupted"
-    last = run_dir(root) / "checkpoints" / "last.ckpt"
-    assert last.is_file()
-    interrupted_at = record["steps"]
-    assert 15 <= interrupted_at < 80
-
-    # Corrupt the newest checkpoint: the rerun must fall back to the previous one and say so.
-    os.utime(last)  # make sure it is the newest
-    last.write_bytes(last.read_bytes()[:1000])
-    again = run(command(root), tmp_path)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert f"checkpoint {last} is unusable" in again.stdout
-    assert "falling back to the previous one" in again.stdout
-    assert results(root)["status"] == "completed"
-    assert results(root)["steps"] == 80
-
-
-def test_resume_never_starts_fresh_in_a_new_directory(tmp_path):
-    root = tmp_path / "r"
-    short = ["trainer.max_steps=10", "logger=csv"]
-    assert run(command(root, *short), tmp_path).returncode == 0
-    fresh = run(command(root, *short, "resume=never"), tmp_path)
-    assert fresh.returncode == 0, fresh.stderr[-2000:]
-    dirs = sorted(p.name for p in (root / "default").iterdir())
-    assert len(dirs) == 2 and dirs[1].startswith(dirs[0])  # <name>-<hash> and <name>-<hash>-<time>
+def train_commands(steps: list[list[str]], env: dict) -> list[subprocess.CompletedProcess]:
+    """attnlab-train's command lines `steps` (lists of arguments) one after the other in one
+    fresh interpreter (resume_references.DRIVER): each one's exit code and stdout, as if it
+    were a process of its own. A step ["copy", SRC, DST] copies the folder SRC to DST."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(steps)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    runs, lines = [], []
+    for line in proc.stdout.splitlines(keepends=True):
+        if line.startswith("EXIT "):
+            code = json.loads(line.split()[1])
+            runs.append(subprocess.CompletedProcess(steps, code, "".join(lines), proc.stderr))
+            lines = []
+        else:
+            lines.append(line)
+    assert len(runs) == len([s for s in steps if s[:1] != ["copy"]]), proc.stdout[-3000:]
+    return runs
 
 
 def test_a_run_made_before_a_preset_was_edited_is_refused_not_reported(tmp_path):
     """The run-dir hash covers the command line, not preset files: after an edit, the same
-    command must not answer "already completed" with the old config's results."""
+    command must not answer "already completed" with the old config's results.
+
+    Before the edit, the same command answers "already completed" and trains nothing (a
+    completed run is not retrained), and with resume=never it trains afresh in a new directory
+    (the run's folder name and a time). Those three are commands of one interpreter; the
+    refused one, after the edit, is a process of its own (its exit code, its one line)."""
     conf = tmp_path / "conf"
     shutil.copytree(Path(__file__).resolve().parents[1] / "conf", conf)
     root, short = tmp_path / "r", ["trainer.max_steps=10", "logger=csv"]
     edited_env = {**env(tmp_path), "ATTNLAB_CONF_DIR": str(conf)}
+    argv = command(root, *short)[3:]  # without `python -m attnlab.cli.train`
 
-    def attnlab_train(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(command(root, *short, *extra), capture_output=True, text=True,
-                              env=edited_env, timeout=300)  # fmt: skip
-
-    assert attnlab_train().returncode == 0
-    done = run_dir(root)
-    before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}
-    assert attnlab_train().returncode == 0  # unchanged: "already completed"
+    copied = tmp_path / "first"  # the folder as the first run left it
+    first, again, fresh = train_commands(
+        [argv, ["copy", str(root), str(copied)], argv, [*argv, "resume=never"]], edited_env
+    )
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert again.returncode == 0 and "already completed" in again.stdout
+    assert fresh.returncode == 0, fresh.stdout[-2000:] + fresh.stderr[-2000:]
+    assert "already completed" not in fresh.stdout and "resuming from" not in fresh.stdout
+    dirs = sorted(p.name for p in (root / "default").iterdir())
+    assert len(dirs) == 2 and dirs[1].startswith(dirs[0])  # <name>-<hash> and <name>-<hash>-<time>
+    assert json.loads((root / "default" / dirs[1] / "results.json").read_text())["steps"] == 10
+    done = root / "default" / dirs[0]
+    before = {
+        p.name: p.read_bytes() for p in (copied / "default" / dirs[0]).iterdir() if p.is_file()
+    }
     adam = conf / "optim" / "adam.yaml"
     adam.write_text(adam.read_text().replace("weight_decay: 0.0", "weight_decay: 0.01"))
-    refused = attnlab_train()
+    refused = subprocess.run(command(root, *short), capture_output=True, text=True,
+                             env=edited_env, timeout=300)  # fmt: skip
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith(f"attnlab-train: error: {done} was trained with a different")
@@ -240,43 +238,3 @@ def test_a_run_made_before_a_preset_was_edited_is_refused_not_reported(tmp_path)
         k: v for k, v in before.items() if k != log
     }
     assert after[log].startswith(before[log])
-    # (that resume=never then trains afresh: test_resume_never_starts_fresh_in_a_new_directory)
-
-
-def test_a_diverging_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
-    """Post-LN, no warmup, a huge learning rate: the classic divergence. The trial stops within
-    a step with status "diverged" (exit code 3); the other trial of the sweep completes."""
-    sweep = tmp_path / "diverge.yaml"
-    sweep.write_text(
-        "name: diverge\n"
-        "method: grid\n"
-        "metric: {name: val/loss, goal: minimize}\n"
-        "program: attnlab-train\n"
-        "command: ['${env}', '${interpreter}', '-m', 'attnlab.cli.train', '${args_no_hyphens}']\n"
-        "parameters:\n"
-        "  scheduler.peak_lr: {values: [0.001, 1000.0]}\n"
-        "  model.norm_position: {value: post}\n"
-        "  scheduler: {value: constant}\n"
-        "  scheduler.warmup_steps: {value: 0}\n"
-    )
-    out = tmp_path / "sweep"
-    extra = list(TINY)
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.cli.sweep", str(sweep), "--out", str(out),
-         "--parallel", "2",
-         *extra, "trainer.max_steps=20", "logger=csv", f"paths.root={tmp_path / 'runs'}"],
-        capture_output=True, text=True, env=env(tmp_path), timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]  # diverged
-    summary = json.loads((out / "summary.json").read_text())
-    trials = summary["trials"] if isinstance(summary, dict) else summary
-    by_lr = {t["params"]["scheduler.peak_lr"]: t for t in trials}
-    assert by_lr[1000.0]["status"] == "diverged"
-    assert by_lr[0.001]["status"] == "completed"
-    (diverged,) = [
-        json.loads(p.read_text())
-        for p in out.rglob("results.json")
-        if json.loads(p.read_text())["status"] == "diverged"
-    ]
-    # stopped within a step of the first non-finite loss or gradient
-    assert diverged["steps"] <= diverged["diverged_step"] + 1

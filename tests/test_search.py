@@ -389,25 +389,6 @@ def test_a_changed_search_space_is_refused_on_resume(tmp_path):
         open_studies(config, storage, ["fake_search"], seed=0)
 
 
-def test_each_arm_is_a_study_with_its_own_cap_and_its_value_in_every_command(tmp_path):
-    params = {"norm": {"values": ["pre", "post"]},
-              "lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1}}  # fmt: skip
-    path = search_file(tmp_path, arms=["norm"], run_cap=2, parameters=params, method="random")
-    out = tmp_path / "out"
-    done = _run([str(path), "--out", str(out), "--parallel", "2"])
-    assert done.returncode == 0, done.stdout + done.stderr
-    storage = default_storage(out)
-    for arm in ("pre", "post"):
-        trials = trials_of(storage, f"fake_search/norm_{arm}")
-        assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)
-        for t in trials:
-            results = json.loads(
-                (out / t.user_attrs["attnlab:run_dir"] / "results.json").read_text()
-            )
-            assert f"norm={arm}" in results["overrides"]
-            assert results["link"]["ATTNLAB_OPTUNA_STUDY"] == f"fake_search/norm_{arm}"
-
-
 # --- pruning inside a real run ----------------------------------------------------------------
 
 
@@ -481,21 +462,31 @@ def test_no_trial_is_pruned_before_one_of_its_study_has_completed(compose, tiny_
     assert results["status"] == "completed" and "pruned_at_validation" not in results["search"]
 
 
-def test_compare_reads_a_moved_search_folder_and_writes_its_views(tmp_path, capsys):
-    """attnlab-compare on a search (two arms of 3 trials): no arm statistics; each arm's trials
-    ranked by the metric with their drawn values, every trial in search_trials.csv and against
-    each searched parameter; importance not computed from 3 trials; --rerun-best 1 --seeds 3
-    writes per arm a grid over 3 seeds at its best trial's values, with the commands."""
+def test_each_arm_is_a_study_and_compare_reads_the_moved_search_folder(tmp_path, capsys):
+    """A random search with two arms (norm) of 3 trials, 2 at a time: each arm is a study with
+    its own cap, its value in every trial's command and its study in every trial's link. Then
+    attnlab-compare on the search folder, moved: no arm statistics; each arm's trials ranked by
+    the metric with their drawn values, every trial in search_trials.csv and against each
+    searched parameter; importance not computed from 3 trials; --rerun-best 1 --seeds 3 writes
+    per arm a grid over 3 seeds at its best trial's values, with the commands."""
     from attnlab.cli import compare
 
-    arms = {"arms": ["norm"]}
-    path = search_file(tmp_path, run_cap=3, **arms)
-    spec = yaml.safe_load(path.read_text())
-    spec["parameters"]["norm"] = {"values": ["pre", "post"]}
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    params = {"norm": {"values": ["pre", "post"]},
+              "lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1}}  # fmt: skip
+    path = search_file(tmp_path, arms=["norm"], run_cap=3, parameters=params, method="random")
     out = tmp_path / "out"
-    done = _run([str(path), "--out", str(out)])
+    done = _run([str(path), "--out", str(out), "--parallel", "2"])
     assert done.returncode == 0, done.stdout + done.stderr
+    storage = default_storage(out)
+    for arm in ("pre", "post"):
+        trials = trials_of(storage, f"fake_search/norm_{arm}")
+        assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
+        for t in trials:
+            results = json.loads(
+                (out / t.user_attrs["attnlab:run_dir"] / "results.json").read_text()
+            )
+            assert f"norm={arm}" in results["overrides"]
+            assert results["link"]["ATTNLAB_OPTUNA_STUDY"] == f"fake_search/norm_{arm}"
     moved = tmp_path / "moved"
     out.rename(moved)  # the default SQLite file is found beside search.json, wherever it is
     report = tmp_path / "report"
@@ -600,7 +591,14 @@ def test_a_retried_trial_keeps_the_rungs_its_first_attempt_passed():
 
 def _search_outcome(path: Path, out: Path, crash_at: list[int]) -> tuple[list, list[str]]:
     """Run the search to its end, rerunning the launcher each time the fake trial killed it;
-    (each counted trial's (lr, state, value, last validation), the launchers' exit codes)."""
+    (each counted trial's (lr, state, value, last validation), the launchers' exit codes). A
+    search without kills (crash_at []) runs in this process (attnlab-sweep's main), its trials
+    given no crash plan (nothing there kills its parent), its study in a journal file (its
+    trials open it in a third of SQLite's time)."""
+    if not crash_at:
+        storage = f"journal:{out.parent / f'{out.name}-study.log'}"
+        code = sweep.main([str(path), "--out", str(out), "--storage", storage])
+        return _outcome(storage), [code]
     plan = out.parent / f"{out.name}-crash.json"
     plan.write_text(json.dumps({"reports": 0, "at": crash_at}))
     codes = []
@@ -609,27 +607,34 @@ def _search_outcome(path: Path, out: Path, crash_at: list[int]) -> tuple[list, l
         codes.append(done.returncode)
         if done.returncode == 0:
             break
-    trials = counted(trials_of(default_storage(out)))
+    return _outcome(default_storage(out)), codes
+
+
+def _outcome(storage: str) -> list:
+    trials = counted(trials_of(storage))
     return [
         (t.params["lr"], t.state.name, t.value, max(t.intermediate_values, default=None))
         for t in trials
-    ], codes
+    ]
 
 
 def test_a_search_killed_twice_ends_as_the_uncrashed_search(tmp_path):
-    """Hyperband over 8 trials of 6 validations (rungs at 1, 2, 4), one worker: the launcher is
-    SIGKILLed in the middle of the first trial (before any has completed) and again in the
-    middle of a later one, and rerun each time. The counted trials draw the same rates, end in
-    the same states with the same values, and the best trial is the same as without kills: a
-    taken-back trial keeps its rungs, its failed attempt competes nowhere, and draws are seeded
-    by their index in the study."""
+    """Hyperband over 6 trials of 6 validations (rungs at 1, 2, 4), one worker: the launcher
+    (an attnlab-sweep process) is SIGKILLed in the middle of the first trial (before any has
+    completed) and again in a later one (the 4th, just after the pruner stopped it at its second
+    validation), and rerun each time (its study in the default SQLite file). The counted
+    trials draw the same rates, end in the same states with the same values, and the best trial
+    is the same as without kills (that search's study in a journal file): a taken-back trial
+    keeps its rungs, its failed attempt competes nowhere, and draws are seeded by their index in
+    the study."""
     path = tmp_path / "search.yaml"
     knobs = ["fake.sleep=0", "fake.steps=6"]
     outcomes = {}
     for name, crash_at in (("calm", []), ("crashed", [3, 20])):
+        crash = [f"fake.crash={tmp_path / name}-crash.json"] if crash_at else []
         config = yaml.safe_load(
-            search_file(tmp_path, knobs=[*knobs, f"fake.crash={tmp_path / name}-crash.json"],
-                        run_cap=8, early_terminate={"type": "hyperband", "min_iter": 1, "eta": 2})
+            search_file(tmp_path, knobs=[*knobs, *crash], run_cap=6,
+                        early_terminate={"type": "hyperband", "min_iter": 1, "eta": 2})
             .read_text()
         )  # fmt: skip
         path.write_text(yaml.safe_dump(config, sort_keys=False))

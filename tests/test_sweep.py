@@ -207,10 +207,15 @@ def test_extra_overrides_are_appended_to_every_trial(tmp_path, capsys):
         ]
         assert t.overrides[-1] == f"hydra.run.dir={tmp_path}/{t.label}"
         assert t.run_dir == tmp_path / t.label
-    # from the command line, before or after the options, or after --
+    # from the command line, before or after the options, or after --; the file's trials run
+    # a program of their own here, which the dry run does not compose (attnlab-train's trials
+    # with extra overrides are checked in tests/test_sweep_check.py)
+    spec = yaml.safe_load(path.read_text())
+    own = tmp_path / "pos_encoding.yaml"
+    own.write_text(yaml.safe_dump({**spec, "program": str(FAKE)}, sort_keys=False))
     for argv in (
-        [str(path), "trainer.max_steps=5", "--dry-run"],
-        [str(path), "--dry-run", "--", "trainer.max_steps=5"],
+        [str(own), "trainer.max_steps=5", "--dry-run"],
+        [str(own), "--dry-run", "--", "trainer.max_steps=5"],
     ):
         assert sweep.main(argv) == 0
         lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  0")]
@@ -288,13 +293,13 @@ def test_bad_sweep_files_exit_2_naming_the_key(change, message, tmp_path, capsys
     assert message in capsys.readouterr().err
 
 
-def test_gpu_groups_and_the_error_when_k_does_not_divide(capsys):
+def test_gpu_groups_and_the_error_when_k_does_not_divide(tmp_path, capsys):
     assert gpu_groups("0,1,2,3", 2) == ["0,1", "2,3"]
     assert gpu_groups("4,5,6", 1) == ["4", "5", "6"]
     assert gpu_groups(None, 1) == []
     with pytest.raises(ValueError, match="does not divide the 3 devices"):
         gpu_groups("0,1,2", 2)
-    path = str(SWEEPS / "heads.yaml")
+    path = str(fake_sweep(tmp_path, {"x": {"values": [1, 2, 3, 4, 5]}}, []))
     assert sweep.main([path, "--dry-run", "--gpus", "0,1,2", "--gpus-per-trial", "2"]) == 2
     assert "--gpus-per-trial=2 does not divide" in capsys.readouterr().err
     assert sweep.main([path, "--dry-run", "--gpus", "0,1", "--parallel", "4"]) == 0
@@ -440,7 +445,7 @@ def test_gpu_slots_spread_over_the_gpus_first_and_bad_counts_exit_2(tmp_path, ca
         assert "CUDA MPS is running" in sharing_line(4) and "25%" in sharing_line(4)
     finally:
         del os.environ["CUDA_MPS_PIPE_DIRECTORY"]
-    path = str(SWEEPS / "heads.yaml")
+    path = str(fake_sweep(tmp_path, {"x": {"values": [1, 2, 3, 4, 5]}}, []))
     assert sweep.main([path, "--dry-run", "--trials-per-gpu", "2"]) == 2
     assert capsys.readouterr().err.strip() == (
         "attnlab-sweep: error: --trials-per-gpu needs --gpus (the device ids to share out)"

@@ -16,8 +16,7 @@ from omegaconf.errors import ValidationError
 import attnlab.config.schema  # noqa: F401 (the schemas in Hydra's ConfigStore: compose needs them)
 from attnlab.sweeps import expand_sweep
 from attnlab.sweeps.spec import override_key
-from build_utils import dry_build
-from sweep_utils import compose_arm, is_search, sweep_trials
+from sweep_utils import compose_arm, dry_build_sharing_models, is_search, sweep_trials
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP_FILES = sorted((REPO / "sweeps").glob("*.yaml"))
@@ -60,13 +59,13 @@ def _data_paths(tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
 def test_every_grid_point_composes_and_validates(tmp_path, path):
-    failures, composed = [], {}
+    failures = []
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for label, overrides in _points(one_seed=True, files=[path]):
             try:
                 paths = _data_paths(tmp_path) if "experiment=paper_base" in overrides else []
-                cfg, choices = compose_arm([*overrides, *paths], composed)
-                dry_build(cfg)
+                cfg, choices = compose_arm([*overrides, *paths])  # (arms shared: sweep_utils)
+                dry_build_sharing_models(cfg)
             except Exception as err:  # collect every bad point, then fail once
                 failures.append(f"{label}: {type(err).__name__}: {err}")
                 continue
@@ -100,29 +99,49 @@ def test_a_plain_value_set_on_a_composed_arm_fails_as_compose_fails():
         assert isinstance(err.value.__cause__, ValidationError) and len(composed) == 2
 
 
-SECOND_POINTS = [  # (first point, second point): the second's config from a copy of the first's
+SECOND_POINTS = [  # (first point, second point, composes): the second's config from a copy of
+    # the first's (1 compose), or composed itself (2)
     (
         ["scheduler.peak_lr=1e-3", "model.d_model=64"],
         ["scheduler.peak_lr=2e-3", "model.d_model=32"],
+        1,
     ),
     (
         ["model=small_decoder_only", "seed=1", "data.eval_lengths=[4,8]"],
         ["model=small_decoder_only", "seed=1", "data.eval_lengths=[4,16]"],
+        2,
     ),  # a list: composed
     (
         ["model.d_ff=96", "model.d_ff=${model.d_model}"],
         ["model.d_ff=128", "model.d_ff=${model.d_model}"],
+        2,
     ),  # a key set twice: in order, composed
-    (["trainer.max_steps=7", "trainer=cpu"], ["trainer.max_steps=9", "trainer=cpu"]),
+    (["trainer.max_steps=7", "trainer=cpu"], ["trainer.max_steps=9", "trainer=cpu"], 1),
+    (
+        ["scheduler=cosine", "scheduler.peak_lr=1e-3", "scheduler.warmup_steps=0"],
+        ["scheduler=cosine", "scheduler.peak_lr=2e-3", "scheduler.warmup_steps=300"],
+        1,
+    ),  # values under a group's choice (the defaults list's, composed first): on a copy
+    (
+        ["model=small_decoder_only", "model.d_model=64", "+table3=C4"],
+        ["model=small_decoder_only", "model.d_model=128", "+table3=C4"],
+        1,
+    ),  # an added group that sets model.d_model too (table3/C4.yaml): the value wins
+    (
+        ["model=small", "model.d_model=64"],
+        ["model=small_decoder_only", "model.d_model=64"],
+        2,
+    ),  # another choice: composed
 ]
 
 
-@pytest.mark.parametrize(("first", "second"), SECOND_POINTS)
-def test_a_point_set_on_a_composed_arm_equals_its_own_compose(first, second):
+@pytest.mark.parametrize(("first", "second", "composes"), SECOND_POINTS)
+def test_a_point_set_on_a_composed_arm_equals_its_own_compose(first, second, composes):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         composed = {}
         compose_arm(first, composed)
         cfg, choices = compose_arm(second, composed)
+        assert len(composed) == composes
         whole = compose("train", second, return_hydra_config=True)
         assert choices == dict(whole.hydra.runtime.choices)
         del whole.hydra

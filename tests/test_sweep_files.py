@@ -40,7 +40,7 @@ def _arms(name: str) -> dict[tuple, dict]:
     """{swept values (the file's first seed): flat composed config} of every arm of
     sweeps/<name>.yaml (the tests only read them)."""
     path = REPO / "sweeps" / f"{name}.yaml"
-    arms, composed = {}, {}
+    arms = {}
     trials = sweep_trials(path)
     first_seed = min(t.params.get("seed", 1) for t in trials)  # heads_best's seeds start at 2
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -48,7 +48,8 @@ def _arms(name: str) -> dict[tuple, dict]:
             if trial.params.get("seed", 1) != first_seed:
                 continue
             overrides = [o for o in trial.overrides if not override_key(o).startswith("hydra.")]
-            cfg, _ = compose_arm([*overrides, "paths.run_dir=run"], composed)
+            cfg, _ = compose_arm(overrides)  # the arms test_sweep_compose.py composes, shared
+            cfg.paths.run_dir = "run"  # (on compose_arm's copy) as paths.run_dir=run sets it
             key = tuple(v for k, v in trial.params.items() if k != "seed")
             arms[key] = flatten(plain_config(cfg))
     return arms

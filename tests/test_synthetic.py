@@ -221,32 +221,36 @@ def test_without_positions_the_encoder_cannot_tell_a_source_from_its_reverse():
 
 
 _DIGEST = """
-import hashlib, sys
+import hashlib
 from attnlab.data.synthetic import SyntheticDataModule
 dm = SyntheticDataModule(name="copy", batch_size=8, seed=5)
 dm.setup()
 h = hashlib.sha256()
 for batch in [*dm.length_batches(16, n_examples=20), dm.datasets["test"][1]]:
     h.update(batch["src"].numpy().tobytes())
-print(h.hexdigest())
+print(hash("attnlab"), h.hexdigest())
 """
 
 
 def test_per_length_and_split_examples_are_the_same_in_every_process():
     """Two processes with different PYTHONHASHSEED (two runs, two DDP ranks) score the same
-    per-length examples: their generators are seeded from integers only."""
+    per-length examples: their generators are seeded from integers only. This process is one
+    of the two, a fresh one with another PYTHONHASHSEED the other (their str hashes differ)."""
     import os
     import subprocess
     import sys
 
-    def digest(hash_seed: str) -> str:
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        out = subprocess.run(
-            [sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True, check=True
-        )
-        return out.stdout.strip()
-
-    assert digest("1") == digest("12345")
+    here = {}
+    exec(_DIGEST, here)  # the same code here: its printed line is this process's
+    ours = here["h"].hexdigest()
+    seed = "1" if os.environ.get("PYTHONHASHSEED") == "12345" else "12345"
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    out = subprocess.run(
+        [sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True, check=True
+    )
+    their_hash, theirs = out.stdout.split()
+    assert int(their_hash) != hash("attnlab")  # the two processes hash strings differently
+    assert theirs == ours
 
 
 def test_batch_seed_refuses_a_string():

@@ -142,4 +142,7 @@ def test_the_preflight_refuses_a_horizon_it_cannot_set(compose, overrides, messa
 
     with pytest.raises(ValueError, match=message):
         dry_build(compose(overrides))
-    dry_build(compose([HORIZON, "trainer.max_time=00:00:01:00"]))  # the valid one passes
+
+
+def test_the_preflight_accepts_a_horizon_it_can_set(compose):
+    dry_build(compose([HORIZON, "trainer.max_time=00:00:01:00"]))  # a time budget and cosine

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from attnlab.pipeline.train import train
+from cli_run_cache import multiruns
 
 METRICS = ("loss", "nll", "perplexity", "token_acc", "exact_match")
 
@@ -133,19 +134,17 @@ def test_non_finite_loss_ends_the_run_as_diverged(compose, tiny_run, tmp_path, m
     assert results["status"] == "diverged" and results["steps"] <= 1  # stopped at once
     assert json.loads((run_dir / "results.json").read_text())["status"] == "diverged"
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    inspect = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_file)]
-    records = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout
-    (exit_record,) = [r for r in map(json.loads, records.splitlines()) if r["type"] == "exit"]
-    assert exit_record["exit"]["exit_code"] == 3  # W&B marks the run failed (diverged: 3)
+    assert _wandb_exit_codes(run_file) == [3]  # W&B marks the run failed (diverged: 3)
 
 
-def _wandb_config(run_file: Path) -> dict:
-    """The config W&B recorded in an offline run file (a LevelDB-style log of protobufs)."""
+def _wandb_records(run_file: Path) -> list:
+    """The records of an offline W&B run file (a LevelDB-style log of protobufs), as far as it
+    has been written."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     data = run_file.read_bytes()
     assert data[:4] == b":W&B"
-    config, pos, block, payload = {}, 7, 32768, b""
+    records, pos, block, payload = [], 7, 32768, b""
     while pos + 7 <= len(data):
         left = block - pos % block
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
@@ -154,18 +153,40 @@ def _wandb_config(run_file: Path) -> dict:
             continue
         payload += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
-        if kind in (1, 4):  # FULL or LAST fragment
+        if kind in (1, 4) and pos <= len(data):  # FULL or LAST fragment, all written
             record = pb.Record()
             record.ParseFromString(payload)
+            records.append(record)
             payload = b""
-            kind_name = record.WhichOneof("record_type")
-            items = {"config": record.config.update, "run": record.run.config.update}
-            for item in items.get(kind_name, []):
-                config[item.key] = json.loads(item.value_json)
-            if kind_name == "run":
-                config["_run_name"] = record.run.display_name
-                config["_run_group"] = record.run.run_group
+    return records
+
+
+def _wandb_config(run_file: Path) -> dict:
+    """The config W&B recorded in an offline run file."""
+    config = {}
+    for record in _wandb_records(run_file):
+        kind_name = record.WhichOneof("record_type")
+        items = {"config": record.config.update, "run": record.run.config.update}
+        for item in items.get(kind_name, []):
+            config[item.key] = json.loads(item.value_json)
+        if kind_name == "run":
+            config["_run_name"] = record.run.display_name
+            config["_run_group"] = record.run.run_group
     return config
+
+
+def _wandb_exit_codes(run_file: Path, timeout_s: float = 30.0) -> list[int]:
+    """The exit codes of the run file's exit records, once there is one (W&B's service process
+    may still be writing the file when wandb.finish returns); [] after timeout_s."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = _wandb_records(run_file)
+        codes = [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"]
+        if codes or time.monotonic() > deadline:
+            return codes
+        time.sleep(0.2)
 
 
 ABLATION = [
@@ -235,23 +256,12 @@ def test_an_offline_run_leaves_the_environment_as_it_found_it(
     assert len(offline) == 2 and all("no W&B API key" in ln for ln in offline)
 
 
-def test_multirun_from_the_command_line_writes_one_record_per_job(tiny_run, tmp_path):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "attnlab.cli.train",
-        "-m",
-        "seed=1,2",
-        *tiny_run,
-        "logger=wandb",
-        "callbacks=none",
-        "name=mr",
-        f"paths.multirun_root={tmp_path / 'multirun'}",
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = sorted((tmp_path / "multirun" / "mr").glob("*/results.json"))
+def test_multirun_from_the_command_line_writes_one_record_per_job(tmp_path_factory):
+    """`attnlab-train -m seed=1,2 name=mr logger=wandb` (W&B offline; cli_run_cache.multiruns,
+    its first command line): one record, run folder and W&B run per job, in one W&B group."""
+    folder, ran = multiruns(tmp_path_factory)
+    assert ran["runs"][0]["code"] == 0, ran["out"][-3000:]
+    records = sorted((folder / "multirun" / "mr").glob("*/results.json"))
     assert len(records) == 2  # one deterministic directory per job: <run name>-<hash>
     groups = set()
     for job, path in enumerate(records, start=1):
@@ -288,19 +298,15 @@ def test_default_run_learns_reverse(tmp_path):
 
 
 @pytest.mark.slow
-def test_each_unnamed_multirun_gets_its_own_dated_folder(tiny_run, tmp_path, capsys):
-    """Two multiruns without name=: two folders, nothing overwritten or mixed; attnlab-compare
-    on their parent says that it mixes them."""
+def test_each_unnamed_multirun_gets_its_own_dated_folder(tmp_path_factory, tmp_path, capsys):
+    """Two multiruns without name= (seed=1, then seed=2, a second apart; cli_run_cache.multiruns,
+    its second and third command lines): two folders, nothing overwritten or mixed;
+    attnlab-compare on their parent says that it mixes them."""
     from attnlab.cli import compare
 
-    env = {**os.environ, "WANDB_MODE": "disabled"}
-    env.pop("ATTNLAB_MULTIRUN_STAMP", None)
-    root = tmp_path / "multirun"
-    for seed in (1, 2):
-        cmd = [sys.executable, "-m", "attnlab.cli.train", "-m", f"seed={seed}", *tiny_run]
-        cmd += ["logger=none", "callbacks=none", f"paths.multirun_root={root}"]
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    shared, ran = multiruns(tmp_path_factory)
+    assert [run["code"] for run in ran["runs"][1:]] == [0, 0], ran["out"][-3000:]
+    root = shared / "dated"
     folders = sorted((root / "default").iterdir())
     assert len(folders) == 2 and all(f.name[:4].isdigit() for f in folders)  # <date>_<time>
     for folder, seed in zip(folders, (1, 2), strict=True):

@@ -48,48 +48,55 @@ def _train(compose, tmp_path, *overrides: str):
     return train(compose(ovs), ovs), run_dir
 
 
-def test_logged_tokens_per_sec_is_the_tokens_over_the_training_time(compose, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def clocked_run(tmp_path_factory):
+    """(results, run directory, the target tokens of each step) of a 42-step run logging every
+    10th step and validating every 15th, on FakeClock's clock."""
+    from attnlab.config.compose import compose_config
+    from attnlab.training import module
+    from conftest import CONF_DIR
+
+    run_dir = tmp_path_factory.mktemp("clocked") / "run"
+    ovs = ["debug=tiny", "logger=none", "callbacks=none", f"paths.run_dir={run_dir}",
+           "trainer.max_steps=42", "trainer.log_every_n_steps=10",
+           "trainer.val_check_interval=15",
+           "+callbacks.clock._target_=test_training_speed.FakeClock"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module.time, "perf_counter", lambda: FakeClock.now)
+        results = train(compose_config(CONF_DIR, ovs), ovs)
+    return results, run_dir, list(FakeClock.tokens)
+
+
+def test_logged_tokens_per_sec_is_the_tokens_over_the_training_time(clocked_run):
     """Every logged value is the target tokens since the previous one over the time they took,
     validation excluded: with a clock where each step takes 0.5 s and validation 100 s per
     batch, a window of n steps logs exactly its tokens / (0.5 n)."""
-    from attnlab.training import module
-
-    monkeypatch.setattr(module.time, "perf_counter", lambda: FakeClock.now)
-    results, run_dir = _train(
-        compose,
-        tmp_path,
-        "trainer.max_steps=42",
-        "trainer.log_every_n_steps=10",
-        "trainer.val_check_interval=15",
-        "+callbacks.clock._target_=test_training_speed.FakeClock",
-    )
+    results, run_dir, step_tokens = clocked_run
     assert results["status"] == "completed"
     logged = [float(r["train/tokens_per_sec"]) for r in _rows(run_dir) if r["train/tokens_per_sec"]]
     logged.append(results["metrics"]["train/tokens_per_sec"])  # the last step: results.json
     windows = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 42)]  # every 10th step and the last
     assert len(logged) == len(windows)
     for value, (first, last) in zip(logged, windows, strict=True):
-        tokens = sum(FakeClock.tokens[first - 1 : last])
+        tokens = sum(step_tokens[first - 1 : last])
         assert value == pytest.approx(tokens / (FakeClock.STEP * (last - first + 1)), rel=1e-6)
 
 
-def test_train_metrics_are_logged_every_n_steps_and_at_the_last(compose, tmp_path):
+def test_train_metrics_are_logged_every_n_steps_and_at_the_last(clocked_run):
     """metrics.csv gets the train/ metrics every log_every_n_steps steps, results.json those
-    of the last step."""
-    results, run_dir = _train(
-        compose, tmp_path, "trainer.max_steps=23", "trainer.log_every_n_steps=5"
-    )
+    of the last step (clocked_run: every 10th of 42 steps)."""
+    results, run_dir, _ = clocked_run
     names = ("train/loss", "train/nll", "train/perplexity", "train/token_acc", "train/lr")
     names += ("train/tokens_per_sec", "diag/grad_norm", "diag/grad_norm/decoder.layers.0")
     train_rows = [r for r in _rows(run_dir) if r["train/loss"]]
-    assert [int(r["step"]) for r in train_rows] == [4, 9, 14, 19]  # steps 5, 10, 15, 20
+    assert [int(r["step"]) for r in train_rows] == [9, 19, 29, 39]  # steps 10, 20, 30, 40
     for row in train_rows:
         assert all(row[n] for n in names), row
         assert float(row["train/perplexity"]) == pytest.approx(
             torch.exp(torch.tensor(float(row["train/nll"]))).item(), rel=1e-4
         )
     assert all(n in results["metrics"] for n in names)
-    assert results["metrics"]["train/loss"] != float(train_rows[-1]["train/loss"])  # step 23's
+    assert results["metrics"]["train/loss"] != float(train_rows[-1]["train/loss"])  # step 42's
 
 
 READS = ("item", "tolist", "__float__", "__int__", "__bool__")  # what copies a value to the host
@@ -139,7 +146,7 @@ def _counting(name: str, read):
 
 def _quiet_step_reads(compose, tmp_path, monkeypatch, *overrides: str):
     """(results, the values each step that logs nothing read back to the host) of a 30-step
-    run logging every 10th step, with the tensor reads counted (HostReads)."""
+    run logging and validating every 10th step, with the tensor reads counted (HostReads)."""
     from attnlab.training.progress import ThrottledProgressBar
 
     for name in READS:
@@ -151,6 +158,7 @@ def _quiet_step_reads(compose, tmp_path, monkeypatch, *overrides: str):
         tmp_path,
         "trainer.max_steps=30",
         "trainer.log_every_n_steps=10",
+        "trainer.val_check_interval=10",
         *overrides,
         "+callbacks.reads._target_=test_training_speed.HostReads",
     )
@@ -312,7 +320,8 @@ def test_without_a_divergence_both_checks_train_the_same_run(compose, tmp_path):
     runs = {}
     for check in ("every_step", "logging_steps"):
         ovs = ["debug=tiny", "logger=none", f"paths.run_dir={tmp_path / check}",
-               "trainer.max_steps=8", f"module.divergence_check={check}"]  # fmt: skip
+               "trainer.max_steps=8", "trainer.val_check_interval=8",
+               f"module.divergence_check={check}"]  # fmt: skip
         runs[check] = train(compose(ovs), ovs)
     assert runs["every_step"]["status"] == runs["logging_steps"]["status"] == "completed"
     for key in ("train/loss", "val/loss", "test/loss", "test/token_acc"):

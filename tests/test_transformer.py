@@ -126,13 +126,17 @@ def test_record_attention_returns_per_head_maps():
 
 @pytest.mark.parametrize("pe, norm", list(itertools.product(POS_ENCODINGS, NORM_POSITIONS)))
 def test_tiny_model_overfits_a_fixed_batch(pe, norm):
+    """50 Adam steps at 1e-2 reach a loss near 0.005 with every encoding and norm position
+    (under 0.05 after 22 to 31 steps); a decoder that cannot read the source (no cross-attention)
+    stays near 0.18, one without self-attention near 0.09 unless positions are added to the
+    input (sinusoidal, learned)."""
     torch.manual_seed(0)
     model = Transformer(tiny(pos_encoding=pe, norm_position=norm))
     src = tokens(4, 8)
     tgt = src.flip(1)  # reverse: needs positions (or causal order) to be learned
     tgt_in = torch.cat([torch.full((4, 1), 2), tgt[:, :-1]], dim=1)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(150):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(50):
         loss = torch.nn.functional.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt.flatten())
         opt.zero_grad()
         loss.backward()

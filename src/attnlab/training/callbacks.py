@@ -74,7 +74,13 @@ class LoggingStep(SkipEmptyHooks, L.Callback):
     counters whether the checkpoint was written before the counter's increment; a checkpoint
     written at the end of a mid-run validation (the best one) looks like one written at the end
     of training and comes back one step low, so every later row was logged one step too early.
-    At the first batch of an attempt the axis is set from the restored global step."""
+    At the first batch of an attempt the axis is set from the restored global step.
+
+    An attempt that trains no batch (resumed after an interrupted test pass, from the final
+    checkpoint, written in the last validation) sets the axis when fitting ends, and counts the
+    last epoch ended as the uninterrupted run's fit did. Lightning skips that attempt's fit
+    loop, so its test row came one step low and an epoch short, and metrics.csv lost the last
+    step's training and validation rows (tests/test_resume_rows.py)."""
 
     def __init__(self):
         self._aligned = False
@@ -83,6 +89,15 @@ class LoggingStep(SkipEmptyHooks, L.Callback):
         if not self._aligned:
             self._aligned = True
             trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self._aligned:
+            return
+        self.on_train_batch_start(trainer, pl_module, None, 0)
+        epochs = trainer.fit_loop.epoch_progress
+        if epochs.current.started > epochs.current.completed:
+            epochs.increment_processed()
+            epochs.increment_completed()
 
 
 class WallClock(SkipEmptyHooks, L.Callback):
