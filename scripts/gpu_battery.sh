@@ -69,7 +69,7 @@ if [[ $DRY_RUN == 1 ]]; then
   STEP_SECONDS=${STEP_SECONDS_DRY:-300}
   PROBE_BENCH=(--vs-torch-nn --compile off --quick)
   PROBE_TRIALS=(--parallel 2 --count 2)
-  PROBE_ONE=(--parallel 1 --count 2)
+  PROBE_ONE=(--parallel 1 --count 1)  # the wiring of one at a time: one trial shows it
   PROBE_TRIAL_OVERRIDES=(trainer=cpu trainer.max_steps=4 trainer.val_check_interval=2
                          model.d_model=16 model.d_ff=32 model.n_heads=2 model.n_decoder_layers=1
                          trainer.limit_val_batches=1 trainer.limit_test_batches=1)
@@ -103,7 +103,9 @@ setup() {  # there: install the carried wheels beside the image's torch and Ligh
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/battery-gpu.txt"
   fi
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WANDB_MODE=disabled
-  $PY -c "import torch, hydra, lightning; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+  if [[ $DRY_RUN != 1 ]]; then  # (a dry run's Python is the one it was started from)
+    $PY -c "import torch, hydra, lightning; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+  fi
 }
 
 bench() {

@@ -1,23 +1,21 @@
 """The uninterrupted runs that tests/test_resume_rows.py and tests/test_resume.py compare their
 interrupted-and-resumed runs with, and the commands they share.
 
-A fresh Python that imports torch and Lightning takes seconds before it trains anything, so the
-two uninterrupted runs are made once per pytest session, one after the other in one fresh
-interpreter, by whichever test (on whichever xdist worker) asks first; the other tests wait for
-them and read their folders (theirs to read, not to write). Every interrupted run and every
-resume is a process of its own (`python -m attnlab.cli.train`), as a user's would be.
+The two uninterrupted runs are made once per pytest session, by whichever test (on whichever
+xdist worker) asks first (cli_run_cache.shared); the other tests wait for them and read their
+folders (theirs to read, not to write). Every run, interrupted, resumed or not, is a process
+of its own (`python -m attnlab.cli.train`, forked from an interpreter that has imported torch
+and Lightning: tests/forked.py), as a user's would be.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from filelock import FileLock
-
+import forked
+from cli_run_cache import shared
 from conftest import TINY
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -88,52 +86,19 @@ def fixtures_env(env: dict) -> dict:
     return {**env, "PYTHONPATH": path}
 
 
-# attnlab-train's entry point once per argv, one after the other in this one interpreter (each
-# its own command line, as the console script runs it), printing each one's exit code; an argv
-# ["copy", SRC, DST] copies the folder SRC to DST instead (what a run left, before the next).
-DRIVER = """
-import json, shutil, sys
-import attnlab.cli.train as train
-
-for argv in json.loads(sys.argv[1]):
-    if argv[:1] == ["copy"]:
-        shutil.copytree(argv[1], argv[2], symlinks=True)
-        continue
-    train._EXIT_STATUSES.clear()  # one command's statuses: its exit code
-    sys.argv = ["attnlab-train", *argv]
-    try:
-        train.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    print("EXIT", code, flush=True)
-"""
-
-
 def references(tmp_path_factory) -> Path:
-    """The session's folder of the two uninterrupted runs, made on the first call: rows/
-    (ROWS_RUN, every interrupt spent: markers/) and whole/ (KILL_RUN)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the session's folder, above each worker's own
-    folder, done = root / "resume-references", root / "resume-references.json"
-    with FileLock(str(root / "resume-references.lock")):
-        if not done.exists():
-            folder.mkdir()
-            argvs = [
-                [*KILL_RUN, f"paths.root={folder / 'whole'}"],
-                [*ROWS_RUN, *interrupts(folder / "markers"), f"paths.root={folder / 'rows'}"],
-            ]
-            env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(folder)}
-            proc = subprocess.run(
-                [sys.executable, "-c", DRIVER, json.dumps(argvs)],
-                capture_output=True,
-                text=True,
-                env=fixtures_env(env),
-                cwd=folder,
-                timeout=600,
-            )
-            codes = [line.split()[1] for line in proc.stdout.splitlines() if line[:5] == "EXIT "]
-            assert codes == ["0", "0"], (proc.stdout + proc.stderr)[-3000:]
-            done.write_text(json.dumps({"codes": codes}))
-    return folder
+    """The session's folder of the two uninterrupted runs, made on the first call (each a
+    process of its own, forked: tests/forked.py): rows/ (ROWS_RUN, every interrupt spent:
+    markers/) and whole/ (KILL_RUN)."""
+
+    def start(folder: Path) -> dict:
+        env = fixtures_env({**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(folder)})
+        train = [sys.executable, "-m", "attnlab.cli.train"]
+        whole = [*train, *KILL_RUN, f"paths.root={folder / 'whole'}"]
+        rows = [*train, *ROWS_RUN, *interrupts(folder / "markers"), f"paths.root={folder / 'rows'}"]
+        procs = [forked.run(cmd, env=env, cwd=folder, timeout=600) for cmd in (whole, rows)]
+        codes = [p.returncode for p in procs]
+        assert codes == [0, 0], "".join(p.stdout[-1500:] + p.stderr[-1500:] for p in procs)
+        return {"codes": codes}
+
+    return shared(tmp_path_factory, "resume-references", start)[0]

@@ -56,6 +56,7 @@ def copy_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow
 def test_callback_renders_fixed_examples_every_n_steps_and_pads_get_no_weight(copy_run):
     import torch
 
@@ -90,6 +91,7 @@ def test_callback_renders_fixed_examples_every_n_steps_and_pads_get_no_weight(co
         assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp_path, capsys):
     ckpt = copy_run / "checkpoints" / "last.ckpt"
     assert (
@@ -126,6 +128,7 @@ def test_attention_command_saves_one_array_per_module_and_its_maps(copy_run, tmp
     assert "ckpt=" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_source_pads_get_weight_only_when_their_mask_is_off(
     copy_run, compose, tiny_run, tmp_path, capsys
 ):
@@ -155,6 +158,7 @@ def test_source_pads_get_weight_only_when_their_mask_is_off(
     assert "--pad -1 is not valid" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_decoder_only_maps_are_causal(compose, tiny_run, tmp_path):
     run_dir = tmp_path / "lm"
     _train(compose, tiny_run, run_dir, "model=lm_small", "model.n_decoder_layers=1", "logger=none")
@@ -168,12 +172,14 @@ def test_decoder_only_maps_are_causal(compose, tiny_run, tmp_path):
     _assert_causal(w)
 
 
+@pytest.mark.slow
 def test_callback_logs_wandb_images(copy_run):
     """The callback's PNGs are W&B images of the run (copy_run logs to W&B offline)."""
     needle = b"attention/decoder.layers.0.cross_attn"
     assert needle in wandb_offline_bytes(copy_run, needle)
 
 
+@pytest.mark.slow
 def test_attention_command_logs_into_the_runs_wandb_run(copy_run, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     ckpt = copy_run / "checkpoints" / "last.ckpt"

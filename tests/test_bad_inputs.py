@@ -135,6 +135,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
@@ -150,6 +151,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, overrides, expected):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_broken_data_leaves_an_existing_run_untouched(tmp_path_factory, monkeypatch, capsys):
     """Same command, same run directory: after its data file breaks, the rerun stops at the
     preflight and writes nothing into the directory of the earlier run (nor anywhere else). The
@@ -186,6 +188,7 @@ def test_broken_data_leaves_an_existing_run_untouched(tmp_path_factory, monkeypa
     assert files() == before
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_this_architecture_passes_the_resume_check(tmp_path):
     """The check names what differs; a checkpoint of the same model (other dropout and all)
     is not refused."""

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+import forked
 from attnlab.bench.flops import forward_flops, gpu_peak_tflops
 from attnlab.model import Transformer, TransformerConfig
 
@@ -25,12 +26,15 @@ def _timing(stats: dict) -> None:
     assert stats["repeats"] >= 1 and stats["spread_pct"] >= 0
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_every_section(tmp_path):
     out = tmp_path / "bench.json"
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "WANDB_MODE": "disabled", "TMPDIR": str(tmp)}
     cmd = [sys.executable, "-m", "attnlab.cli.bench", "--quick", "debug=tiny", "logger=none"]
+    # a fresh Python (not forked, tests/forked.py: the memory profiler would see the forking
+    # interpreter's blocks and warn on stderr); its harness section starts attnlab-train
     proc = subprocess.run(
         [*cmd, "--json", str(out)], capture_output=True, text=True, env=env, timeout=600
     )
@@ -79,6 +83,7 @@ def test_quick_bench_writes_every_section(tmp_path):
     assert 0 < ac["on"]["peak_bytes"] < ac["off"]["peak_bytes"] and ac["saving_pct"] > 0
 
 
+@pytest.mark.slow
 def test_decoding_of_a_decoder_only_model_on_pairs(tmp_path, capsys):
     """debug=tiny's reversal pairs batched for a decoder-only model: greedy cached and not,
     beam 4 continuing the prompt (always cached). attnlab-bench's main in this process (-v: the
@@ -96,19 +101,16 @@ def test_decoding_of_a_decoder_only_model_on_pairs(tmp_path, capsys):
     assert "beam4   " in stdout and "n/a" in stdout
 
 
+@pytest.mark.slow
 def test_a_bad_override_is_one_line_and_exit_2():
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.cli.bench", "model.n_head=3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = forked.run([sys.executable, "-m", "attnlab.cli.bench", "model.n_head=3"], timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("attnlab-bench: error: model.n_head is not a key of model")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
 def test_flop_formula_counts_what_the_model_computes(arch):
     """torch's FLOP counter over the reference attention path (explicit matmuls) equals the
@@ -157,6 +159,7 @@ def test_gpu_peaks_are_looked_up_by_device_name():
     assert gpu_peak_tflops("Some Future GPU", "bf16-mixed") is None
 
 
+@pytest.mark.slow
 def test_the_harness_run_validates_nothing_inside_its_timed_window(compose, tmp_path):
     """The harness's attnlab-train block must not validate while it is timed: an interval
     longer than the run alone is scaled down to ~5 validations (training/short_runs.py), which
@@ -193,6 +196,7 @@ f(torch.ones(3))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["quiet", "verbose"])
 def test_bench_without_v_hides_torch_compiles_graph_break_warnings(mode):
     """attnlab-bench prints its tables only: torch.compile's graph-break warnings (12 lines a

@@ -114,17 +114,20 @@ def _preflight_error(capsys, argv: list[str]) -> str:
     return err.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("override", "message"), BAD, ids=[b[0] for b in BAD])
 def test_bad_value_is_one_line_naming_the_key(capsys, override, message):
     assert message in _preflight_error(capsys, override.split(" "))  # one or more overrides
 
 
+@pytest.mark.slow
 def test_each_point_of_a_sweep_is_checked(capsys):
     err = _preflight_error(capsys, ["-m", "model.n_heads=2,3"])
     assert "model.n_heads=3" in err
     preflight(["-m", "model.n_heads=2,4", "seed=1,2"], CONF_DIR)  # every point is fine
 
 
+@pytest.mark.slow
 def test_good_commands_and_info_flags_pass(capsys):
     preflight([], CONF_DIR)
     preflight(["model.pos_encoding=rope", "model.norm_position=post", "model.n_heads=2"], CONF_DIR)
@@ -152,6 +155,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "key"),
     [
@@ -182,6 +186,7 @@ def _exits_2_with_one_line(code, stdout: str, stderr: str, cwd: Path, key: str) 
     assert not (cwd / "mistyped").exists()
 
 
+@pytest.mark.slow
 def test_command_line_exits_2_without_traceback(tmp_path):
     """`python -m attnlab.cli.train -m data=multi30k data.root=mistyped/multi30k
     data.download=true,false`: the second job's data folder is mistyped, so the multirun stops
@@ -193,6 +198,7 @@ def test_command_line_exits_2_without_traceback(tmp_path):
     _exits_2_with_one_line(proc.returncode, proc.stdout, proc.stderr, tmp_path, key)
 
 
+@pytest.mark.slow
 def test_a_single_run_exits_2_without_traceback(tmp_path_factory):
     """`attnlab-train model.pos_encoding=foo` in a fresh interpreter, in an empty folder
     (cli_run_cache.light_commands)."""
@@ -202,6 +208,7 @@ def test_a_single_run_exits_2_without_traceback(tmp_path_factory):
     _exits_2_with_one_line(run["code"], run["stdout"], run["stderr"], folder, key)
 
 
+@pytest.mark.slow
 def test_cfg_job_resolve_prints_the_resolved_config(tmp_path_factory):
     """`attnlab-train --cfg job --resolve seed=3` (cli_run_cache.light_commands)."""
     _, ran = light_commands(tmp_path_factory)
@@ -210,6 +217,7 @@ def test_cfg_job_resolve_prints_the_resolved_config(tmp_path_factory):
     assert "run_dir: outputs/default/s_3-" in run["stdout"] and "${" not in run["stdout"]
 
 
+@pytest.mark.slow
 def test_your_own_presets_come_from_config_dir(tmp_path, capsys):
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "mine.yaml").write_text(

@@ -78,6 +78,7 @@ def runs_dir(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_compare_aggregates_seeds_and_marks_failed_and_diverged_runs(runs_dir, capsys):
     assert compare.main([str(runs_dir), "--all"]) == 0
     out = capsys.readouterr().out
@@ -113,6 +114,7 @@ def test_compare_aggregates_seeds_and_marks_failed_and_diverged_runs(runs_dir, c
         assert f"]({png})" in md
 
 
+@pytest.mark.slow
 def test_metric_option_selects_the_headline(runs_dir, tmp_path, capsys):
     out_dir = tmp_path / "report"
     argv = [str(runs_dir), "--metric", "test/exact_match", "--out", str(out_dir)]
@@ -126,6 +128,7 @@ def test_metric_option_selects_the_headline(runs_dir, tmp_path, capsys):
     assert "'val/bleu' is in no results.json" in err and "test/exact_match" in err
 
 
+@pytest.mark.slow
 def test_group_by_and_no_results(runs_dir, tmp_path, capsys):
     assert compare.main([str(runs_dir), "--group-by", "model.n_heads"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -157,6 +160,7 @@ def test_differing_keys_ignore_seed_and_per_run_names(runs_dir):
     }
 
 
+@pytest.mark.slow
 def test_trials_without_results_come_from_the_sweep_summary(runs_dir, capsys):
     """A trial that failed before writing results.json (bad config) still shows, as failed."""
     summary = {
@@ -198,6 +202,7 @@ def test_curves_spanning_orders_of_magnitude_get_a_log_axis(values, scale):
     assert y_scale(values) == scale
 
 
+@pytest.mark.slow
 def test_runs_never_validated_still_get_plots_of_their_test_metrics(tmp_path, capsys):
     """A sweep of runs shorter than val_check_interval (before ValidateAtEnd): no val/* metric
     and no validation curve; the report still draws the test metrics per group."""
@@ -217,6 +222,7 @@ def test_runs_never_validated_still_get_plots_of_their_test_metrics(tmp_path, ca
         assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
 
 
+@pytest.mark.slow
 def test_extrapolation_is_drawn_against_length_per_group(tmp_path, capsys):
     """results.json's "extrapolation" becomes one line per group (mean ± std over seeds) and a
     table by length; a length the encoding could not represent shows as null."""
@@ -257,6 +263,7 @@ def test_extrapolation_is_drawn_against_length_per_group(tmp_path, capsys):
     assert "![extrapolation_exact_match](extrapolation_exact_match.png)" in md
 
 
+@pytest.mark.slow
 def test_attnlab_eval_results_in_a_run_become_eval_metrics(runs_dir, capsys):
     """<run_dir>/eval/greedy.json (attnlab-eval out=<run_dir>/eval/greedy) -> eval/greedy/bleu."""
     for seed, bleu in ((1, 20.0), (2, 22.0)):
@@ -299,6 +306,7 @@ def test_runs_of_two_sweeps_group_by_what_they_ran(tmp_path):
     assert grouping.differing_keys(runs) == ["scheduler.peak_lr"]
 
 
+@pytest.mark.slow
 def test_a_multiruns_baseline_is_the_first_value_typed(runs_dir, capsys):
     """`-m model.pos_encoding=rope,alibi`: Hydra's multirun.yaml keeps the order typed, and the
     baseline is rope (typed first), not alibi (first in sort order); without it, alibi."""

@@ -132,6 +132,7 @@ def sweep(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, tmp_path, capsys):
     out = tmp_path / "report"
     argv = [str(sweep), "--metric", "test/bleu", "--baseline", "model.n_heads=8", "--out", str(out)]
@@ -150,6 +151,7 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
     assert "## Statistics" in md and "MDD (80% power)" in md
 
 
+@pytest.mark.slow
 def test_runs_csv_regenerates_the_same_statistics(sweep, tmp_path, capsys):
     """runs.csv is the recomputable form: compare on it prints the same tables as on the runs."""
     argv = ["--metric", "test/bleu", "--baseline", "n_heads=8", "--columns", "length/16/*", "--all"]

@@ -3,6 +3,7 @@ CPU backend fast (docs/benchmark.md, the compiled step against torch.nn)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -26,6 +27,7 @@ def _saved_dtypes(fn, x: torch.Tensor) -> list[torch.dtype]:
     return saved
 
 
+@pytest.mark.slow
 def test_the_compiled_ffn_keeps_the_relu_output_not_a_bool_mask():
     """On (B, T, d_model) positions, Linear -> ReLU -> Linear written on the 3-D tensor makes
     the partitioner save a bool mask of the activation (torch.nn's layers do), which the CPU

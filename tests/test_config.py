@@ -42,6 +42,7 @@ def test_groups_have_the_required_options():
         assert _options(group)
 
 
+@pytest.mark.slow
 def test_defaults_compose_to_the_small_reverse_run(compose):
     cfg = compose()
     assert cfg.model.name == "small" and cfg.data.name == "reverse"
@@ -51,6 +52,7 @@ def test_defaults_compose_to_the_small_reverse_run(compose):
         assert OmegaConf.select(cfg, key, throw_on_missing=True) is not None or key.endswith("d_k")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", _options("model"))
 def test_every_model_option_builds(compose, option):
     cfg = compose([f"model={option}"])
@@ -62,6 +64,7 @@ def test_every_model_option_builds(compose, option):
         assert Transformer(tc).num_parameters() > 0
 
 
+@pytest.mark.slow
 def test_paper_table_3_values(compose):
     base = compose(["model=transformer_base"]).model
     big = compose(["model=transformer_big"]).model
@@ -89,6 +92,7 @@ def test_model_schema_defaults_are_transformer_config_defaults():
             ) == str(getattr(defaults, f.name)), f.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", _options("data"))
 def test_every_data_option_instantiates(compose, option):
     dm = instantiate(to_plain(compose([f"data={option}"]).data))
@@ -96,6 +100,7 @@ def test_every_data_option_instantiates(compose, option):
     assert dm.task in ("seq2seq", "lm") and (dm.pad_id, dm.bos_id, dm.eos_id) == (0, 2, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", SYNTHETIC_ALGORITHMS)
 @pytest.mark.parametrize("model", ["small", "lm_small"])
 def test_synthetic_data_follows_the_model_arch(compose, task, model):
@@ -108,6 +113,7 @@ def test_synthetic_data_follows_the_model_arch(compose, task, model):
     assert expected <= set(batch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", _options("scheduler"))
 def test_every_scheduler_option_builds(compose, option):
     """Each conf/scheduler option names a schedule class whose fields are the option's keys (so
@@ -120,6 +126,7 @@ def test_every_scheduler_option_builds(compose, option):
     assert fields == set(s) - {"_target_", "_partial_"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", _options("optim"))
 def test_every_optim_option_is_a_torch_adam_with_paper_betas(compose, option):
     import torch
@@ -132,6 +139,7 @@ def test_every_optim_option_is_a_torch_adam_with_paper_betas(compose, option):
     assert isinstance(built, torch.optim.Adam | torch.optim.AdamW)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", _options("trainer"))
 def test_every_trainer_option_is_trainer_kwargs(compose, option):
     kwargs = to_plain(compose([f"trainer={option}"]).trainer)
@@ -162,6 +170,7 @@ class CountingTrainer(L.Trainer):
         super().__init__(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_the_trainer_is_the_class_its_target_names_and_a_bad_target_is_one_line(compose, tmp_path):
     from attnlab.config.plain import plain_config
     from attnlab.pipeline.build import ConfigRefused, attach
@@ -180,6 +189,7 @@ def test_the_trainer_is_the_class_its_target_names_and_a_bad_target_is_one_line(
         dry_build(compose(["trainer._target_=lightning.Trainr"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "override",
     ["trainer.fast_dev_run=true", "trainer.profiler=simple", "trainer.overfit_batches=2",
@@ -190,6 +200,7 @@ def test_lightning_switches_need_no_plus(compose, override):
     assert str(OmegaConf.select(compose([override]), key)).lower() == value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "option", [*_options("logger"), "[wandb,tensorboard]", "[csv,tensorboard]"]
 )
@@ -221,6 +232,7 @@ def _quiet_module_class():
 QuietSeq2Seq = _quiet_module_class()
 
 
+@pytest.mark.slow
 def test_the_module_is_the_class_its_target_names(compose, tmp_path):
     from attnlab.config.plain import plain_config
     from attnlab.tasks.lm import LanguageModeling
@@ -257,6 +269,7 @@ def _own_module_class():
 OwnModule = _own_module_class()
 
 
+@pytest.mark.slow
 def test_module_target_gets_the_built_model_task_and_partials(compose, tmp_path):
     """module._target_ may name any LightningModule: it is given the built model, the data's
     task and the optimizer and schedule as partials; TransformerModule keeps their configs, so
@@ -303,6 +316,7 @@ def csv_beside(run, subdir="tensorboard"):
     return CSVLogger(run.run_dir / subdir, name=run.name)
 
 
+@pytest.mark.slow
 def test_a_logger_is_the_builder_its_target_names(compose, tmp_path):
     cfg = compose(["logger=tensorboard", f"logger.tensorboard._target_={__name__}.csv_beside"])
     loggers = build_loggers(cfg, tmp_path, "run")
@@ -312,6 +326,7 @@ def test_a_logger_is_the_builder_its_target_names(compose, tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", _options("callbacks"))
 def test_every_callbacks_option_instantiates(compose, option, tmp_path):
     cfg = compose([f"callbacks={option}", f"paths.run_dir={tmp_path}"])
@@ -321,6 +336,7 @@ def test_every_callbacks_option_instantiates(compose, option, tmp_path):
         assert any(type(c).__name__ == "ModelCheckpoint" for c in callbacks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", _options("experiment"))
 def test_every_experiment_composes_and_validates(compose, option, tmp_path):
     cfg = compose([f"experiment={option}"])
@@ -334,6 +350,7 @@ def test_every_experiment_composes_and_validates(compose, option, tmp_path):
     assert cfg.name == option  # presets name their runs
 
 
+@pytest.mark.slow
 def test_types_are_checked_when_composing_and_a_choice_once_by_its_owner_when_built(compose):
     """A choice is its declaring class's rule (TransformerConfig for model.pos_encoding), asked
     when the run is built (the preflight builds it dry), not a second time by the schema."""
@@ -349,6 +366,7 @@ def test_types_are_checked_when_composing_and_a_choice_once_by_its_owner_when_bu
         compose(["trainer.max_steps=many"])
 
 
+@pytest.mark.slow
 def test_the_mistake_switches_and_fast_paths_reach_the_model_from_the_command_line(compose):
     cfg = compose(
         [
@@ -367,6 +385,7 @@ def test_the_mistake_switches_and_fast_paths_reach_the_model_from_the_command_li
         dry_build(compose(["model.attn_scale=sqrt"]))
 
 
+@pytest.mark.slow
 def test_validate_config_names_model_keys(compose):
     with pytest.raises(ValueError, match=r"model\.d_model=64 is not divisible by model\.n_heads=3"):
         dry_build(compose(["model.n_heads=3"]))
@@ -424,6 +443,7 @@ def test_conf_dir_is_the_repository_conf_or_the_environment(monkeypatch, tmp_pat
     assert conf_dir() == tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [[], ["data=multi30k"], ["model=lm_small", "data=lm_text"]])
 def test_a_composed_config_pickles(compose, overrides):
     """The schemas made at run time (attnlab.config.structured) are found by pickle, as
@@ -434,6 +454,7 @@ def test_a_composed_config_pickles(compose, overrides):
     assert pickle.loads(pickle.dumps(cfg)) == cfg
 
 
+@pytest.mark.slow
 def test_an_optimizer_or_schedule_config_without_partial_is_built_as_a_partial(compose, tmp_path):
     """The preflight completes optim and scheduler as partials whether they say `_partial_` or
     not; the build does the same, so such a config cannot pass the preflight and fail later."""

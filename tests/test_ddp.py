@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+import forked
 from attnlab.config.resolvers import world_size
 from attnlab.pipeline.preflight import preflight
 from build_utils import dry_build
@@ -77,15 +78,16 @@ def _start_runs(tmp: Path) -> dict:
             )
         )
         out = tmp / "sweep"
-        with open(tmp / "sweep.log", "w") as log:  # the sweep's own process starts the trials
-            cmd = [sys.executable, "-m", "attnlab.cli.sweep", str(sweep_file), *RUN, *DDP]
-            sweep = subprocess.Popen([*cmd, "--out", str(out)], stdout=log, stderr=log)
-            single = [*RUN, "trainer=cpu", f"paths.run_dir={tmp / '1'}"]
-            try:
-                record = train(compose_config(CONF_DIR, single), single)  # meanwhile, here
-                code = sweep.wait(timeout=600)
-            finally:
-                sweep.kill()  # nothing if it has ended
+        # the sweep's own process (forked: tests/forked.py) starts the trials
+        cmd = [sys.executable, "-m", "attnlab.cli.sweep", str(sweep_file), *RUN, *DDP]
+        sweep = forked.popen([*cmd, "--out", str(out)], env=dict(os.environ), cwd=tmp)
+        single = [*RUN, "trainer=cpu", f"paths.run_dir={tmp / '1'}"]
+        try:
+            record = train(compose_config(CONF_DIR, single), single)  # meanwhile, here
+            code = sweep.wait(timeout=600)
+        finally:
+            sweep.kill()  # nothing if it has ended
+        (tmp / "sweep.log").write_text(sweep.output("stdout") + sweep.output("stderr"))
     trials = [d for d in out.iterdir() if d.is_dir()] if out.is_dir() else []
     return {
         "single_status": record["status"],
@@ -187,6 +189,7 @@ def test_per_rank_token_mean_is_only_close(runs):
 # --- the global batch must divide over the ranks (fast, in-process) ------------------------
 
 
+@pytest.mark.slow
 def test_indivisible_batch_is_a_one_line_error(capsys):
     argv = [*DDP, "data.batch_size=15"]
     with pytest.raises(SystemExit) as exit_info:
@@ -198,6 +201,7 @@ def test_indivisible_batch_is_a_one_line_error(capsys):
     assert "world size 2" in err
 
 
+@pytest.mark.slow
 def test_world_size_counts_devices_and_nodes(compose):
     assert world_size(compose([*DDP, "trainer.num_nodes=3"]).trainer) == 6
     assert world_size(compose(["trainer=ddp", "trainer.devices=[0,1,2]"]).trainer) == 3
@@ -211,6 +215,7 @@ def test_world_size_counts_devices_and_nodes(compose):
     dry_build(compose([*DDP, "data.batch_size=16"]))
 
 
+@pytest.mark.slow
 def test_loss_normalize_is_checked_when_composing(compose):
     from attnlab.config.compose import ConfigError
     from attnlab.pipeline.preflight import check

@@ -90,6 +90,7 @@ def _trained_logit_max(lr: float, qk_norm: bool, steps: int = 30) -> float:
     return probe(model, lambda: model(src, tgt_in), tgt_out, PAD)["attn_logit_max"]
 
 
+@pytest.mark.slow
 def test_a_higher_learning_rate_grows_the_largest_attention_logit_and_qk_norm_bounds_it():
     """Dehghani et al. (2023), Wortsman et al. (2023): attention logits grow with the learning
     rate (here 8 -> about 80 from lr 1e-3 to 5e-2 in 30 steps); with qk_norm the logits are

@@ -6,13 +6,13 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import forked
 from attnlab.cli.eval import main
 from attnlab.config.compose import compose_config
 from attnlab.data.text import read_lines
@@ -92,6 +92,7 @@ def _eval(argv: list[str], capsys) -> tuple[dict, list[str], str]:
     return results, hyps[:-1], out
 
 
+@pytest.mark.slow
 def test_translation_run_logs_bleu_and_keeps_its_tokenizer(run):
     results, run_dir = run["results"], run["run_dir"]
     assert results["status"] == "completed" and results["steps"] == 6
@@ -111,6 +112,7 @@ def test_translation_run_logs_bleu_and_keeps_its_tokenizer(run):
     assert tokenizer.decode(tokenizer.encode(line)) == line
 
 
+@pytest.mark.slow
 def test_eval_reproduces_the_callback_and_writes_json_and_hypotheses(run, capsys, tmp_path):
     ckpts = run["run_dir"] / "checkpoints"
     best = next(ckpts.glob("best-step=*.ckpt"))  # what trainer.test scored
@@ -134,6 +136,7 @@ def test_eval_reproduces_the_callback_and_writes_json_and_hypotheses(run, capsys
     assert results["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
 
 
+@pytest.mark.slow
 def test_averaging_identical_checkpoints_changes_nothing(run, capsys, tmp_path):
     last = run["run_dir"] / "checkpoints" / "last.ckpt"
     copies_dir = run["run_dir"] / "copies"  # within the run: its tokenizer and config are found
@@ -149,6 +152,7 @@ def test_averaging_identical_checkpoints_changes_nothing(run, capsys, tmp_path):
     assert two["perplexity"] == pytest.approx(one["perplexity"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_a_checkpoints_directory_averages_its_periodic_checkpoints(run, capsys, tmp_path):
     ckpts = run["run_dir"] / "checkpoints"
     both, _, _ = _eval([f"ckpt={ckpts}", f"out={tmp_path / 'both'}"], capsys)
@@ -161,10 +165,11 @@ def test_a_checkpoints_directory_averages_its_periodic_checkpoints(run, capsys, 
     assert both["perplexity"] != pytest.approx(alone["perplexity"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_eval_command_on_explicit_files(run, tmp_path):
     src = gzip.compress(run["files"]["val_src"].read_bytes())
     (tmp_path / "src.en.gz").write_bytes(src)  # gzip input is read too
-    proc = subprocess.run(
+    proc = forked.run(  # a process of its own (tests/forked.py)
         [
             sys.executable,
             "-m",
@@ -175,8 +180,6 @@ def test_eval_command_on_explicit_files(run, tmp_path):
             "decode.beam_size=1",
             f"out={tmp_path / 'greedy'}",
         ],
-        capture_output=True,
-        text=True,
         timeout=120,
         # one thread, as this process (conftest): on a small shared CPU torch's threads spin
         env={**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"},
@@ -193,6 +196,7 @@ class NotWeights:
     """An object a weights-only load refuses (its unpickling would run this module's code)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -237,6 +241,7 @@ def test_bad_input_exits_2_with_one_line(run, capsys, tmp_path, args, message):
     assert "weights_only" not in err  # never torch's unsafe advice to retry without it
 
 
+@pytest.mark.slow
 def test_attention_command_on_a_sentence(run, tmp_path):
     """attnlab-attention on a translation checkpoint: the run's tokenizer, source + [EOS] as the
     encoder reads it, [BOS] + target as the decoder does."""
@@ -256,6 +261,7 @@ def test_attention_command_on_a_sentence(run, tmp_path):
     assert (tmp_path / "decoder.layers.0.cross_attn.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_two_evaluations_of_a_run_keep_two_sets_of_files(run, capsys):
     """Without out=, each evaluation is named by what it scored (split, checkpoint(s),
     decoding): the last checkpoint and the average of the periodic ones, beam and greedy, no
@@ -277,6 +283,7 @@ def test_two_evaluations_of_a_run_keep_two_sets_of_files(run, capsys):
     }
 
 
+@pytest.mark.slow
 def test_a_decoder_only_model_translates_pairs_as_one_sequence(tmp_path, capsys):
     """Task and architecture are independent: model.arch=decoder_only on the same pairs reads
     [BOS] x [SEP] y [EOS] (attnlab.data.pairs), logs BLEU from beam search continuing the
@@ -296,6 +303,7 @@ def test_a_decoder_only_model_translates_pairs_as_one_sequence(tmp_path, capsys)
     assert results["perplexity"] == pytest.approx(metrics["test/perplexity"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_an_interrupted_evaluation_exits_4_in_one_line_and_writes_nothing(run, capsys, tmp_path,
                                                                          monkeypatch):  # fmt: skip
     """Ctrl-C, or SIGTERM (raised as Ctrl-C), while attnlab-eval averages or decodes: exit 4,

@@ -23,6 +23,7 @@ def _datamodule(cfg):
     return instantiate(to_plain(cfg.data))
 
 
+@pytest.mark.slow
 def test_length_extrapolation_selects_in_distribution_and_scores_each_length(compose):
     """Before: validation and test both used eval_len 13-24 (selection on the extrapolation
     range, one averaged number). Now validation is in distribution and the lengths are separate."""
@@ -39,6 +40,7 @@ def test_length_extrapolation_selects_in_distribution_and_scores_each_length(com
     assert cfg.callbacks.length_extrapolation._target_.endswith("LengthExtrapolation")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["small", "lm_small"])
 def test_length_batches_are_exactly_that_long(compose, model):
     dm = _datamodule(compose([f"model={model}", "data=copy"]))
@@ -59,6 +61,7 @@ def _run(compose, tiny_run, tmp_path, *overrides):
     return train(compose(ovs), ovs), run_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["small", "lm_small"])
 def test_results_json_carries_the_curve_and_attnlab_eval_agrees(
     compose, tiny_run, tmp_path, capsys, monkeypatch, model
@@ -97,6 +100,7 @@ def test_results_json_carries_the_curve_and_attnlab_eval_agrees(
             assert record["extrapolation"][length][metric] == pytest.approx(value, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_length_learned_positions_cannot_represent_is_null_with_the_reason(
     compose, tiny_run, tmp_path
 ):
@@ -110,6 +114,7 @@ def test_a_length_learned_positions_cannot_represent_is_null_with_the_reason(
     assert "learned positions: length 6 needs 8 positions, model.max_len=7" == six["reason"]
 
 
+@pytest.mark.slow
 @pytest.mark.data
 @pytest.mark.skipif(
     not (DATA_DIR / "tinyshakespeare").is_dir(), reason="../shared/data/tinyshakespeare absent"
@@ -147,6 +152,7 @@ def test_language_model_perplexity_per_context_length(compose, tmp_path, pos_enc
         assert 1 < curve["64"]["perplexity"] < 200  # RoPE reads any length
 
 
+@pytest.mark.slow
 def test_eval_of_the_default_tasks_checkpoint_needs_no_lengths(compose, tiny_run, tmp_path, capsys):
     """README's `attnlab-eval ckpt=.../last.ckpt` on the default task's run (reverse, no
     data.eval_lengths) scores every length the run trained on, and names its file by the

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from attnlab.cli import compare
 from attnlab.pipeline.train import train
 
 
+@pytest.mark.slow
 def test_a_run_shorter_than_the_validation_interval_is_validated_once_at_its_end(
     compose, tiny_run, tmp_path, capsys
 ):
@@ -30,6 +33,7 @@ def test_a_run_shorter_than_the_validation_interval_is_validated_once_at_its_end
     assert (root / "val_nll_curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_a_run_ending_on_a_validation_step_is_not_validated_twice(compose, tiny_run, tmp_path):
     run_dir = tmp_path / "run"
     ovs = [*tiny_run, "logger=none", f"paths.run_dir={run_dir}", "trainer.max_steps=4"]
@@ -39,6 +43,7 @@ def test_a_run_ending_on_a_validation_step_is_not_validated_twice(compose, tiny_
     assert steps == [1, 3]
 
 
+@pytest.mark.slow
 def test_checkpoints_and_early_stopping_select_on_the_unsmoothed_nll(compose):
     """Ranking on the label-smoothed val/loss biases a label-smoothing ablation."""
     for callbacks in ("default", "translation", "early_stopping"):

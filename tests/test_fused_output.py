@@ -65,6 +65,7 @@ def test_fused_output_under_bf16_autocast_is_within_bf16_rounding():
         assert (grad - r).norm() / r.norm() < 2e-2
 
 
+@pytest.mark.slow
 def test_a_run_with_the_fused_output_trains_like_the_plain_one(compose, tmp_path, monkeypatch):
     """debug=tiny, the same seed, 30 steps (validated every 10th): the same training curve
     within float rounding (and the fused run's steps went through the fused loss)."""
@@ -87,6 +88,7 @@ def test_a_run_with_the_fused_output_trains_like_the_plain_one(compose, tmp_path
         assert fused[key] == pytest.approx(plain[key], rel=1e-3, abs=1e-4), key
 
 
+@pytest.mark.slow
 def test_the_fused_output_with_a_z_loss_is_one_line(compose):
     cfg = compose(["debug=tiny", "loss.fused_output=true", "loss.z_loss=1e-4"])
     with pytest.raises(ValueError, match=r"^loss.fused_output=true and loss.z_loss=0.0001 "):

@@ -30,6 +30,7 @@ def eager_backend(monkeypatch):
     monkeypatch.setattr(torch.nn.Module, "compile", compile_eagerly)
 
 
+@pytest.mark.slow
 def test_compiled_model_checkpoints_resume_and_average_like_an_eager_one(
     compose, tmp_path, eager_backend
 ):
@@ -57,6 +58,7 @@ def test_compiled_model_checkpoints_resume_and_average_like_an_eager_one(
     assert not torch.equal(model.generator.weight, newest["model.generator.weight"])
 
 
+@pytest.mark.slow
 def test_the_compile_mode_reaches_torch_compile(compose, tmp_path, monkeypatch):
     """model.compile_mode is torch.compile's `mode` (reduce-overhead: CUDA graphs on a GPU);
     unset, torch's default; without model.compile nothing is compiled. The module compiles its
@@ -95,6 +97,7 @@ def test_compiled_training_matches_eager_within_tolerance(compose, tmp_path):
         assert compiled["metrics"][key] == pytest.approx(eager["metrics"][key], rel=1e-4), key
 
 
+@pytest.mark.slow
 def test_skipping_padding_trains_like_computing_every_position(compose, tmp_path):
     """The losses of training and evaluation take logits at the real targets only, and the
     layers skip the pads (debug=tiny's reversal batches are about half padding); without
@@ -151,6 +154,7 @@ def test_bf16_autocast_changes_loss_and_gradients_only_within_tolerance():
     assert torch.nn.functional.cosine_similarity(g16, g32, dim=0) > 0.998
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accelerator", ["cpu", "auto"])
 def test_fp16_mixed_on_a_cpu_is_a_one_line_error(tmp_path, capsys, accelerator, monkeypatch):
     from attnlab.config.location import conf_dir

@@ -53,6 +53,7 @@ def dispatched(monkeypatch) -> Counter:
     return seen
 
 
+@pytest.mark.slow
 def test_a_run_dispatches_only_the_hooks_its_classes_implement(compose, tmp_path, dispatched):
     steps = 6
     ovs = [

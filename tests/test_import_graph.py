@@ -8,6 +8,8 @@ import ast
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import pytest
+
 from attnlab import programs
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -79,6 +81,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_import_cycle_among_attnlabs_modules():
     assert cycles(import_graph()) == []
 
@@ -128,6 +131,7 @@ def test_every_package_has_a_level():
     assert packages == {name for names in LEVELS for name in names}
 
 
+@pytest.mark.slow
 def test_no_package_imports_a_package_above_or_beside_it():
     assert upward_arrows(import_graph()) == []
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 
+import forked
 from attnlab.runs import multirun
 from conftest import TINY
 
@@ -60,8 +60,9 @@ def test_a_diverged_job_makes_the_multirun_fail_on_every_launcher(tmp_path, laun
     argvs = [["-m", f"hydra/launcher={launcher}", *TINY, *DIVERGING,
               f"paths.multirun_root={tmp_path / launcher}"] for launcher in launchers]  # fmt: skip
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(argvs)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    # the interpreter: a process of its own, forked (tests/forked.py)
+    proc = forked.run([sys.executable, "-c", DRIVER, json.dumps(argvs)], cwd=tmp_path, env=env,
+                      timeout=600)  # fmt: skip
     tail = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 3, tail  # diverged: the last multirun's, the interpreter's exit
     first, *rest = proc.stdout.split(MARK)  # the next command's output after each code's line

@@ -33,6 +33,7 @@ def test_importing_the_run_bookkeeping_does_not_import_lightning_or_torch():
     assert "torch" not in loaded and "wandb" not in loaded
 
 
+@pytest.mark.slow
 def test_the_comparison_and_sweep_runner_do_not_import_torch():
     loaded = modules_imported_by(
         "import attnlab.cli.compare, attnlab.sweeps.runner, attnlab.sweeps.summary"
@@ -61,6 +62,7 @@ def test_no_import_cycle_between_data_files_text_and_tokenizer():
     ]
 
 
+@pytest.mark.slow
 def test_the_debug_preset_shrinks_any_synthetic_run_and_overrides_still_win(compose):
     cfg = compose(["debug=tiny", "model=lm_small", "data=copy", "trainer.max_steps=7"])
     assert cfg.model.d_model == 32 and cfg.model.arch == "decoder_only"
@@ -82,6 +84,7 @@ def _sizes() -> tuple[dict[str, int], dict[str, int]]:
     return modules, functions
 
 
+@pytest.mark.slow
 def test_no_module_over_450_lines_and_no_function_over_60():
     modules, functions = _sizes()
     assert len(modules) > 100 and max(functions.values()) > 40  # the census found the code
@@ -101,6 +104,7 @@ def _status_literals_compared(tree: ast.AST, names: set[str]) -> list[int]:
     return lines
 
 
+@pytest.mark.slow
 def test_statuses_are_compared_by_their_one_home_not_spelled_again():
     from attnlab.runs.status import Status
 

@@ -153,6 +153,7 @@ def test_lr_range_is_parsed_or_refused_in_one_line():
             ls.parse_range(bad)
 
 
+@pytest.mark.slow
 def test_best_rate_comparison_and_select_seeds(sweep, capsys):
     """Without --select-seeds each arm's best rate is chosen and compared on all seeds (with the
     warning); with --select-seeds 1,2 it is chosen on seeds 1 and 2 and the arms are compared
@@ -191,6 +192,7 @@ def test_best_rate_comparison_and_select_seeds(sweep, capsys):
     assert float(pre_line.split()[2]) == pytest.approx(expected, rel=5e-3)  # 3 digits shown
 
 
+@pytest.mark.slow
 def test_the_plot_marks_diverged_runs_and_the_report_leaves_the_trials_alone(sweep, capsys):
     trial = sweep / "pre-lr0.01-s1"
     assert compare.main([str(trial), str(sweep / "pre-lr0.01-s2")]) == 0
@@ -234,6 +236,7 @@ def test_an_ambiguous_baseline_is_one_line(sweep, capsys):
     assert "matches 4 groups" in err and "add --baseline KEY=VALUE for seed" in err
 
 
+@pytest.mark.slow
 def test_budget_check_flags_an_arm_still_improving_by_more_than_its_spread(tmp_path, capsys):
     root = tmp_path / "b"
     for seed, value in enumerate((0.50, 0.52, 0.51), start=1):
@@ -251,6 +254,7 @@ def test_budget_check_flags_an_arm_still_improving_by_more_than_its_spread(tmp_p
     assert "budget: norm_position=pre" not in out
 
 
+@pytest.mark.slow
 def test_a_diagnostic_gets_its_curve_against_the_rate_without_loss_semantics(sweep, capsys):
     """--metric diag/...: the curve table and plot, no best rate, sensitivity, cap or
     comparison at a best rate (a logit is not a loss: its smallest value is no 'best')."""
@@ -277,6 +281,7 @@ def _fake_arms(**values_of) -> list:
             for combo in itertools.product(*values_of.values())]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_many_arms_are_drawn_on_panels_split_by_the_key_that_keeps_each_readable(tmp_path):
     """At most MAX_ARMS_PER_AXES curves an axes: 5 arms on one; 10 (2 x 5) split by the first key
     (5 each); 20 (2 x 10) by the second (2 each), since the first leaves 10 on an axes; 8 of one

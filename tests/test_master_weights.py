@@ -99,6 +99,7 @@ def _run(compose, run_dir, *overrides: str) -> dict:
     return train(compose(ovs), ovs)
 
 
+@pytest.mark.slow
 def test_a_bf16_true_run_keeps_float32_masters_and_resumes_exactly(compose, tmp_path):
     whole = _run(compose, tmp_path / "whole", "trainer.max_steps=8")
     assert whole["status"] == "completed"

@@ -41,6 +41,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("case", CASES)
 def test_fused_and_reference_paths_agree(arch, case):

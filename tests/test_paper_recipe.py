@@ -25,6 +25,7 @@ PAPER = {  # Table 3: parameters, d_model, dropout, steps, checkpoints averaged
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PAPER)
 def test_preset_is_the_papers_recipe(compose, preset):
     params, d_model, dropout, steps, averaged = PAPER[preset]
@@ -45,6 +46,7 @@ def test_preset_is_the_papers_recipe(compose, preset):
     assert (tq.beam_size, tq.length_penalty, tq.max_len_a, tq.max_len_b) == (4, 0.6, 1.0, 50)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("devices", "nodes", "max_tokens", "accumulate"),
     [(1, 1, 6250, 8), (8, 1, 50000, 1), (2, 2, 25000, 2), ([0, 1], 1, 12500, 4)],
@@ -65,6 +67,7 @@ def test_about_25k_source_and_25k_target_tokens_per_step_on_any_number_of_device
     assert bigger.trainer.accumulate_grad_batches == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PAPER)
 def test_parameter_count_and_learning_rate_peak_match_the_paper(compose, preset):
     params, d_model, *_ = PAPER[preset]
@@ -78,6 +81,7 @@ def test_parameter_count_and_learning_rate_peak_match_the_paper(compose, preset)
     assert max(lrs) == pytest.approx((d_model * 4000) ** -0.5) and lrs.index(max(lrs)) == 3999
 
 
+@pytest.mark.slow
 def test_data_paths_are_checked_when_training_starts_not_when_composing(compose):
     with pytest.raises(ConfigRefused, match="data.train_src: not set"):
         dry_build(compose(["experiment=paper_base"]))

@@ -22,6 +22,7 @@ def test_the_override_reaches_every_attention_layer(compose):
     assert all(isinstance(m.k_norm, torch.nn.LayerNorm) for m in layers)
 
 
+@pytest.mark.slow
 def test_off_by_default_and_parameter_free_then(compose):
     model = Transformer(model_config(compose(["model=small"]).model, 30, 0))
     assert not any("q_norm" in name or "k_norm" in name for name in model.state_dict())
@@ -43,6 +44,7 @@ def test_normalized_queries_and_keys_ignore_the_scale_of_their_projections(memor
         assert (moved < 1e-4) if qk_norm else (moved > 1e-2), (qk_norm, moved)
 
 
+@pytest.mark.slow
 def test_a_bad_value_is_one_line_naming_the_key(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "attnlab.cli.train", "model.qk_norm=maybe"],

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from attnlab.runs import quiet
 from cli_run_cache import single_runs
 
@@ -44,6 +46,7 @@ def test_the_resume_time_checkpoint_folder_warning_is_silenced_and_others_are_no
     assert [str(w.message) for w in caught] == ["a real warning"]
 
 
+@pytest.mark.slow
 def test_a_run_prints_no_known_noise_and_its_train_log_holds_its_log(tmp_path_factory):
     """A tiny run of 6 steps with its model summary, W&B offline and Python's default warnings
     shown (cli_run_cache.single_runs: `name=quiet`, the first command line of its interpreter;

@@ -25,6 +25,7 @@ def test_the_report_embeds_its_tables_and_every_csv_is_used():
     assert used == committed, "every CSV backs a table, and every table names its CSV"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b['args']} [{b['key']}]")
 def test_each_table_regenerates_from_its_csv(block, monkeypatch):
     monkeypatch.chdir(REPO)

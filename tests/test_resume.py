@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from resume_references import DRIVER, KILL_RUN, references
+import forked
+from resume_references import KILL_RUN, references
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +42,9 @@ def env(tmp_path: Path) -> dict:
     }
 
 
-def run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path), timeout=300)
+def run(cmd: list[str], tmp_path: Path, **kw) -> subprocess.CompletedProcess:
+    """The command, a process of its own (forked: tests/forked.py)."""
+    return forked.run(cmd, env={**env(tmp_path), **kw.pop("env", {})}, timeout=300)
 
 
 def run_dir(root: Path) -> Path:
@@ -71,9 +73,7 @@ def start_and_wait_for_checkpoint(
 ) -> subprocess.Popen:
     """Start the run; return once it wrote the checkpoint of `step` (with logged_past, once
     metrics.csv also holds a row of the next step: the step's own validation is complete)."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env(tmp_path)
-    )
+    proc = forked.popen(cmd, env=env(tmp_path))
     deadline = time.time() + 240
     while time.time() < deadline:
         if list(root.glob(f"default/*/checkpoints/step={step}.ckpt")) and (
@@ -81,7 +81,7 @@ def start_and_wait_for_checkpoint(
         ):
             return proc
         if proc.poll() is not None:
-            pytest.fail(f"run ended before step {step}: {proc.stderr.read()[-2000:]}")
+            pytest.fail(f"run ended before step {step}: {proc.output('stderr')[-2000:]}")
         time.sleep(0.02)
     proc.kill()
     pytest.fail(f"no checkpoint at step {step} in time")
@@ -173,45 +173,24 @@ def _learned(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if k != "train/tokens_per_sec"}
 
 
-def train_commands(steps: list[list[str]], env: dict) -> list[subprocess.CompletedProcess]:
-    """attnlab-train's command lines `steps` (lists of arguments) one after the other in one
-    fresh interpreter (resume_references.DRIVER): each one's exit code and stdout, as if it
-    were a process of its own. A step ["copy", SRC, DST] copies the folder SRC to DST."""
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(steps)],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    runs, lines = [], []
-    for line in proc.stdout.splitlines(keepends=True):
-        if line.startswith("EXIT "):
-            code = json.loads(line.split()[1])
-            runs.append(subprocess.CompletedProcess(steps, code, "".join(lines), proc.stderr))
-            lines = []
-        else:
-            lines.append(line)
-    assert len(runs) == len([s for s in steps if s[:1] != ["copy"]]), proc.stdout[-3000:]
-    return runs
-
-
 def test_a_run_made_before_a_preset_was_edited_is_refused_not_reported(tmp_path):
     """The run-dir hash covers the command line, not preset files: after an edit, the same
     command must not answer "already completed" with the old config's results.
 
     Before the edit, the same command answers "already completed" and trains nothing (a
     completed run is not retrained), and with resume=never it trains afresh in a new directory
-    (the run's folder name and a time). Those three are commands of one interpreter; the
-    refused one, after the edit, is a process of its own (its exit code, its one line)."""
+    (the run's folder name and a time). Each command is a process of its own."""
     conf = tmp_path / "conf"
     shutil.copytree(Path(__file__).resolve().parents[1] / "conf", conf)
     root, short = tmp_path / "r", ["trainer.max_steps=10", "logger=csv"]
     edited_env = {**env(tmp_path), "ATTNLAB_CONF_DIR": str(conf)}
-    argv = command(root, *short)[3:]  # without `python -m attnlab.cli.train`
+    argv = command(root, *short)
 
     copied = tmp_path / "first"  # the folder as the first run left it
-    first, again, fresh = train_commands(
-        [argv, ["copy", str(root), str(copied)], argv, [*argv, "resume=never"]], edited_env
-    )
+    first = run(argv, tmp_path, env=edited_env)
+    shutil.copytree(root, copied, symlinks=True)
+    again = run(argv, tmp_path, env=edited_env)
+    fresh = run([*argv, "resume=never"], tmp_path, env=edited_env)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert again.returncode == 0 and "already completed" in again.stdout
     assert fresh.returncode == 0, fresh.stdout[-2000:] + fresh.stderr[-2000:]
@@ -225,8 +204,7 @@ def test_a_run_made_before_a_preset_was_edited_is_refused_not_reported(tmp_path)
     }
     adam = conf / "optim" / "adam.yaml"
     adam.write_text(adam.read_text().replace("weight_decay: 0.0", "weight_decay: 0.01"))
-    refused = subprocess.run(command(root, *short), capture_output=True, text=True,
-                             env=edited_env, timeout=300)  # fmt: skip
+    refused = run(argv, tmp_path, env=edited_env)
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith(f"attnlab-train: error: {done} was trained with a different")

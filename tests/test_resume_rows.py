@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+import forked
 from resume_references import ROWS_RUN, fixtures_env, interrupts, references
 
 pytestmark = pytest.mark.slow
@@ -34,8 +35,9 @@ def _env() -> dict:
 
 
 def _train(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The run's command, a process of its own (forked: tests/forked.py)."""
     cmd = [sys.executable, "-m", "attnlab.cli.train", *ROWS_RUN, *extra, f"paths.root={root}"]
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
+    return forked.run(cmd, env=_env(), timeout=300)
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -187,7 +189,7 @@ def test_a_sweep_resumes_its_interrupted_trial_and_goes_on_past_a_diverging_one(
     args = [*ROWS_RUN, *interrupts(markers, armed=("interrupt_sweep",))]
     cmd = [sys.executable, "-m", "attnlab.cli.sweep", str(sweep), "--out", str(out)]
     cmd += ["--parallel", "2"]
-    first = subprocess.run([*cmd, *args], capture_output=True, text=True, env=_env(), timeout=300)
+    first = forked.run([*cmd, *args], env=_env(), timeout=300)  # its trials: fresh processes
     assert first.returncode == 4, first.stdout[-2000:] + first.stderr[-2000:]  # interrupted
     assert (markers / "interrupt_sweep").exists()
     assert f"--out {out}" in first.stdout  # the summary says how to resume
@@ -197,7 +199,7 @@ def test_a_sweep_resumes_its_interrupted_trial_and_goes_on_past_a_diverging_one(
     # stopped within a step of the first non-finite loss or gradient
     assert diverged["steps"] <= diverged["diverged_step"] + 1
 
-    again = subprocess.run([*cmd, *args], capture_output=True, text=True, env=_env(), timeout=300)
+    again = forked.run([*cmd, *args], env=_env(), timeout=300)
     assert again.returncode == 3, again.stdout[-2000:] + again.stderr[-2000:]  # diverged
     trials = _trials(out)
     assert trials[0.003]["status"] == "completed" and trials[1000.0]["status"] == "diverged"

@@ -105,6 +105,7 @@ def test_an_option_added_since_the_run_was_made_is_no_change_at_its_default():
     assert len(config_drift(stored, current)) == 2  # without the rule: both are changes
 
 
+@pytest.mark.slow
 def test_the_run_refuses_a_stored_config_only_where_it_differs(compose, tmp_path):
     import yaml
 

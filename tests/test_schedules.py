@@ -161,6 +161,7 @@ def test_peak_lr_is_the_peak_of_every_schedule_whatever_the_warmup(name, warmup)
     assert values.index(max(values)) + 1 == max(warmup, 1)  # reached when the warmup ends
 
 
+@pytest.mark.slow
 def test_noam_without_warmup_and_without_a_peak_is_refused_with_the_spike_named(compose):
 
     cfg = compose(["scheduler=noam", "scheduler.warmup_steps=0", "model=transformer_base"])
@@ -169,6 +170,7 @@ def test_noam_without_warmup_and_without_a_peak_is_refused_with_the_spike_named(
     dry_build(compose(["scheduler=noam", "scheduler.warmup_steps=0", "scheduler.peak_lr=7e-4"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "peak"),
     [

@@ -150,6 +150,7 @@ def test_a_bad_search_key_is_one_line_exit_2_before_anything_runs(change, messag
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -239,6 +240,7 @@ def test_the_dry_run_checks_every_value_a_search_can_draw():
     assert len(points) == 1 + 3 * 7 and {"a": 1, "b": 5, "c": 1} in points
 
 
+@pytest.mark.slow
 def test_a_search_that_can_draw_an_invalid_config_is_refused_by_its_dry_run(tmp_path, capsys):
     """model.n_heads searched over 1-8 with d_model 32: the dry run names the values that
     cannot build (3, 5, 6, 7), one line each, exit 2, nothing written."""
@@ -310,6 +312,7 @@ def _first_attempt(out: Path) -> Path:
     return attempts
 
 
+@pytest.mark.slow
 def test_two_worker_processes_share_one_journal_study_and_run_each_trial_once(tmp_path):
     path = search_file(tmp_path, knobs=["fake.sleep=0.5"], run_cap=6)
     storage = f"journal:{tmp_path / 'study.log'}"
@@ -332,6 +335,7 @@ def test_two_worker_processes_share_one_journal_study_and_run_each_trial_once(tm
     assert len({t.params["lr"] for t in trials}) == 6
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ctrl_c_enabled")  # (a background pytest ignores SIGINT)
 def test_killed_worker_rerun_continues_the_study_and_retries_its_trial(tmp_path):
     hang = tmp_path / "hang"
@@ -361,6 +365,7 @@ def test_killed_worker_rerun_continues_the_study_and_retries_its_trial(tmp_path)
     assert "best trial" in done.stdout and (out / "search.md").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ctrl_c_enabled")  # (a background pytest ignores SIGINT)
 def test_ctrl_c_enqueues_the_running_trial_and_prints_the_resume_command(tmp_path):
     hang = tmp_path / "hang"
@@ -379,6 +384,7 @@ def test_ctrl_c_enqueues_the_running_trial_and_prints_the_resume_command(tmp_pat
     assert "Trials: 1 (1 interrupted)." in (out / "search.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_changed_search_space_is_refused_on_resume(tmp_path):
     config = load_sweep(search_file(tmp_path))
     config["name"] = "fake_search"
@@ -421,6 +427,7 @@ def _linked_run(compose, tiny_run, tmp_path, monkeypatch, storage, min_resource)
     return train(compose(ovs), ovs)
 
 
+@pytest.mark.slow
 def test_a_run_pruned_only_before_its_last_validation(compose, tiny_run, tmp_path, monkeypatch):
     """A rung at the run's last validation (the 4th: index 3) does not prune it: it completes."""
     storage = f"sqlite:///{tmp_path / 'study.db'}"
@@ -430,6 +437,7 @@ def test_a_run_pruned_only_before_its_last_validation(compose, tiny_run, tmp_pat
     assert "test/nll" in results["metrics"]
 
 
+@pytest.mark.slow
 def test_a_real_run_below_the_rung_ends_pruned_with_its_checkpoint(compose, tiny_run, tmp_path,
                                                                    monkeypatch):  # fmt: skip
     """An earlier trial far better at every step: successive halving (min_resource 1) prunes
@@ -450,6 +458,7 @@ def test_a_real_run_below_the_rung_ends_pruned_with_its_checkpoint(compose, tiny
     assert exit_code([results["status"]]) == 0
 
 
+@pytest.mark.slow
 def test_no_trial_is_pruned_before_one_of_its_study_has_completed(compose, tiny_run, tmp_path,
                                                                    monkeypatch):  # fmt: skip
     """The same far better trial, but still running (not told): nothing in the study has
@@ -462,6 +471,7 @@ def test_no_trial_is_pruned_before_one_of_its_study_has_completed(compose, tiny_
     assert results["status"] == "completed" and "pruned_at_validation" not in results["search"]
 
 
+@pytest.mark.slow
 def test_each_arm_is_a_study_and_compare_reads_the_moved_search_folder(tmp_path, capsys):
     """A random search with two arms (norm) of 3 trials, 2 at a time: each arm is a study with
     its own cap, its value in every trial's command and its study in every trial's link. Then
@@ -618,6 +628,7 @@ def _outcome(storage: str) -> list:
     ]
 
 
+@pytest.mark.slow
 def test_a_search_killed_twice_ends_as_the_uncrashed_search(tmp_path):
     """Hyperband over 6 trials of 6 validations (rungs at 1, 2, 4), one worker: the launcher
     (an attnlab-sweep process) is SIGKILLed in the middle of the first trial (before any has
@@ -701,6 +712,7 @@ def test_a_draw_index_is_unique_whatever_order_trials_are_taken_back_in():
     assert [draw_index(trials, n) for n in (3, 5)] == [2, 3]
 
 
+@pytest.mark.slow
 def test_the_last_validation_is_reported_never_judged_and_leaves_no_decision(tmp_path):
     """A run's last validation completes it: TrialReporter reports it, asks no pruner and writes
     no pruning decision, even where the pruner would stop it (here, far behind a finished trial);

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from attnlab.pipeline.train import train
 from attnlab.training.short_runs import validation_interval, warmup_warning
 
@@ -39,6 +41,7 @@ def test_a_warmup_the_run_never_finishes_is_one_warning_line():
     assert warmup_warning({"name": "constant", "warmup_steps": 0}, 50) is None
 
 
+@pytest.mark.slow
 def test_a_short_run_validates_five_times_and_says_why(compose, tiny_run, tmp_path, capsys):
     run_dir = tmp_path / "run"
     ovs = [*tiny_run, "logger=none", "trainer.max_steps=20", "trainer.val_check_interval=250"]

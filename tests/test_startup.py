@@ -21,12 +21,14 @@ def _light(tmp_path_factory, key: str) -> tuple[int, str, set[str]]:
     return run["code"], run["stdout"] + run["stderr"], set(ran["modules"])
 
 
+@pytest.mark.slow
 def test_help_imports_no_torch_lightning_or_wandb(tmp_path_factory):
     code, out, modules = _light(tmp_path_factory, "help")
     assert code == 0 and "model.pos_encoding" in out  # the composed config was shown
     assert modules and not modules & set(HEAVY), sorted(modules & set(HEAVY))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -48,6 +50,7 @@ def test_shell_completion_imports_no_torch(tmp_path_factory):
     assert modules and not modules & set(HEAVY), sorted(modules & set(HEAVY))
 
 
+@pytest.mark.slow
 def test_an_offline_wandb_run_starts_and_says_how_to_upload(tmp_path_factory):
     """A tiny run with logger=wandb and WANDB_MODE=offline (cli_run_cache.single_runs, the
     first command line of a fresh interpreter)."""
@@ -58,6 +61,7 @@ def test_an_offline_wandb_run_starts_and_says_how_to_upload(tmp_path_factory):
     assert "W&B is offline" in out and "wandb sync" in out and "wandb" in ran["modules"]
 
 
+@pytest.mark.slow
 def test_a_single_run_starts_without_full_collections_then_trains_with_the_collector_on(
     tmp_path_factory,
 ):
@@ -75,6 +79,7 @@ def test_a_single_run_starts_without_full_collections_then_trains_with_the_colle
     assert frozen > 100_000  # torch's and Lightning's objects, out of later collections
 
 
+@pytest.mark.slow
 def test_a_multirun_does_not_pause_the_collector(tmp_path_factory):
     """The preflight of a multirun composes every job's config: with the collector paused, that
     garbage would be frozen for good. (cli_run_cache.multiruns: its first command line, a fresh

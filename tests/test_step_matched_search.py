@@ -89,6 +89,7 @@ def test_bad_steps_are_a_one_line_error(steps, message):
     assert message in p.stderr.splitlines()[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["base", "ff256v3000", "drop0.1_e4d4"])
 def test_the_gpu_runs_overrides_compose_with_the_preset(search, name, monkeypatch, tmp_path):
     from attnlab.config.compose import compose_config

@@ -57,6 +57,7 @@ def fake_sweep(tmp_path: Path, parameters: dict, knobs: list[str], name: str = "
 NLL = {"name": "val/nll_best", "goal": "minimize"}  # unsmoothed (tests/test_sweep_files.py)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("file", "axes", "metric"),
     [
@@ -309,6 +310,7 @@ def test_gpu_groups_and_the_error_when_k_does_not_divide(tmp_path, capsys):
 # --- local runs of the fake trial program ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_local_sweep_records_failed_and_diverged_trials_and_goes_on(tmp_path, capsys):
     path = fake_sweep(
         tmp_path,
@@ -360,6 +362,7 @@ def test_local_sweep_records_failed_and_diverged_trials_and_goes_on(tmp_path, ca
     assert re.search(r"000-pos_encoding_rope-seed_1 +completed +\d+\.\d+ +\d+\.\d s", console)
 
 
+@pytest.mark.slow
 def test_a_resumed_sweep_keeps_completed_trials_without_starting_them(tmp_path, capsys):
     """Resuming with --out: a trial that completed with the same overrides is kept (no process,
     its files untouched); one that failed runs again, its log appended below the first
@@ -388,6 +391,7 @@ def test_a_resumed_sweep_keeps_completed_trials_without_starting_them(tmp_path, 
     assert (kept / "results.json").read_text() != before[0]
 
 
+@pytest.mark.slow
 def test_gpu_pinning_never_shares_a_device_between_running_trials(tmp_path):
     path = fake_sweep(
         tmp_path,
@@ -410,6 +414,7 @@ def test_gpu_pinning_never_shares_a_device_between_running_trials(tmp_path):
     assert [t["gpus"] for t in summary["trials"]] == [r["cuda_visible_devices"] for r in records]
 
 
+@pytest.mark.slow
 def test_trials_per_gpu_packs_k_trials_on_each_gpu_with_a_memory_share(tmp_path, monkeypatch):
     """--trials-per-gpu 2 on GPUs 0,1: 4 trials at once, never more than 2 on one GPU, each told
     its half of the memory; the sweep says how they share the GPU (MPS or time-slicing)."""
@@ -478,6 +483,7 @@ def _ignore_sigint():  # a background job of a non-interactive shell (`attnlab-s
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ctrl_c_enabled")
 @pytest.mark.parametrize(
     ("stop", "preexec"),
@@ -666,6 +672,7 @@ def test_slurm_launcher_config_composes_with_submitit(tmp_path):
     assert (launcher.nodes, launcher.tasks_per_node) == (1, 8)
 
 
+@pytest.mark.slow
 def test_slurm_launcher_composes_with_the_harness_config():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")  # the [slurm] extra
     from attnlab.config.schema import register_configs  # ours: a rename fails, never skips

@@ -57,6 +57,7 @@ def _sweep(tmp_path: Path, key: str, values: str, *extra: str, dry_run: bool = T
     return (code, stdout.getvalue(), stderr.getvalue()), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("key", "values", "extra", "dry_run", "expected"),
     [
@@ -94,6 +95,7 @@ def test_a_bad_trial_stops_the_sweep_before_any_starts(
     assert not out.exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_a_sweep_whose_trials_are_fine_says_so_in_its_dry_run(tmp_path):
     (code, stdout, stderr), out = _sweep(tmp_path, "model.norm_position", "[pre, post]")
     assert code == 0, stderr

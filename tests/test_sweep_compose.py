@@ -38,6 +38,7 @@ def _points(one_seed: bool = False, files=SWEEP_FILES) -> list[tuple[str, list[s
     return points
 
 
+@pytest.mark.slow
 def test_there_are_sweep_files():
     assert {p.stem for p in SWEEP_FILES} >= {"heads", "norm_warmup", "pos_encoding"}
     assert len(_points()) >= 54
@@ -57,6 +58,7 @@ def _data_paths(tmp_path: Path) -> list[str]:
     return paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
 def test_every_grid_point_composes_and_validates(tmp_path, path):
     failures = []
@@ -83,6 +85,7 @@ def test_every_grid_point_composes_and_validates(tmp_path, path):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow
 def test_a_plain_value_set_on_a_composed_arm_fails_as_compose_fails():
     """compose_arm's shortcut: a mistyped key and a value of the wrong type are still refused,
     with compose's error."""
@@ -135,6 +138,7 @@ SECOND_POINTS = [  # (first point, second point, composes): the second's config 
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("first", "second", "composes"), SECOND_POINTS)
 def test_a_point_set_on_a_composed_arm_equals_its_own_compose(first, second, composes):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -176,6 +180,7 @@ def test_sweep_file_has_a_grid_of_the_expected_size(path):
     assert len(expand_sweep(path)) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["heads", "heads_lr", "heads_lr_high", "label_smoothing"])
 def test_the_multi30k_sweeps_keep_the_recipe_their_protocol_was_fixed_on(name):
     """These sweeps' runs (docs/REPRODUCTION.md) were made with experiment=multi30k_cpu as it was

@@ -83,6 +83,7 @@ def test_every_sweep_names_an_unsmoothed_metric_and_three_seeds(path):
     assert len(seeds.get("values", [seeds.get("value")])) >= FEWER_SEEDS.get(path.stem, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     [p.stem for p in SWEEPS if p.stem != "table3"],  # table3's rows are bundles
@@ -103,6 +104,7 @@ def test_arms_differ_only_in_the_swept_variable(name):
     assert not unexplained, f"{name}: arms also differ in {sorted(unexplained)}"
 
 
+@pytest.mark.slow
 def test_warmup_ablation_holds_peak_and_horizon_reaches_every_peak_and_clips_nothing():
     arms = _arms("norm_warmup")
     assert {k[1] for k in arms} >= {0, 100, 300} and {k[0] for k in arms} == {"pre", "post"}
@@ -152,6 +154,7 @@ def test_gpu_sweeps_use_the_multi30k_model_and_one_budget_with_five_seeds(name):
         assert flat["trainer.precision"] == "bf16-mixed"
 
 
+@pytest.mark.slow
 def test_the_bug_sweeps_are_unsmoothed_and_the_scale_sweep_widens_d_k():
     """classic_bugs.yaml and attn_scale.yaml: label smoothing 0 (no nll floor), the default
     run's budget; attn_scale crosses the scale with d_k = 16, 64, 128."""
@@ -214,6 +217,7 @@ def test_plain_config_helpers_agree():  # the helpers above read what training r
     assert _nested(flatten(plain_config(cfg)))["scheduler"] == to_plain(cfg.scheduler)
 
 
+@pytest.mark.slow
 def test_lr_sensitivity_sweep_reaches_each_swept_peak_over_one_horizon_unsmoothed_unclipped():
     """sweeps/lr_sensitivity.yaml: every arm (norm x warmup x qk_norm x rate) peaks at its swept
     scheduler.peak_lr and decays to 0 at the same step; no clipping, no label smoothing (the
@@ -236,6 +240,7 @@ def test_lr_sensitivity_sweep_reaches_each_swept_peak_over_one_horizon_unsmoothe
         assert cfg["model"]["n_encoder_layers"] == cfg["model"]["n_decoder_layers"] == 6
 
 
+@pytest.mark.slow
 def test_the_guides_own_sweep_file_runs_as_documented():
     """docs/sweeps.md's "Your own sweep in five minutes" file: valid, 18 trials, every one
     accepted by attnlab-train's preflight, and an LR study for attnlab-compare."""
@@ -250,6 +255,7 @@ def test_the_guides_own_sweep_file_runs_as_documented():
     assert "scheduler.peak_lr" in spec["parameters"] and spec["metric"]["name"] in UNSMOOTHED
 
 
+@pytest.mark.slow
 def test_lr_width_is_section_2s_protocol_at_each_width_on_one_grid():
     """sweeps/lr_width*.yaml: at d_model 64 every arm is section 2's run of that arm and rate
     (lr_sensitivity.yaml) in everything that trains; both files share one nine-rate grid; the
@@ -285,6 +291,7 @@ def _all_but_the_model(arms: dict, rate: float) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_arch_matched_copy_arms_have_the_same_size_and_protocol():
     """sweeps/arch_matched_copy.yaml: the encoder-decoder and the decoder-only model hold the
     same number of parameters (within 5%; built as a run builds them, on the copy task's
@@ -304,6 +311,7 @@ def test_arch_matched_copy_arms_have_the_same_size_and_protocol():
     assert len(rest) == 2 and rest[0] == rest[1]
 
 
+@pytest.mark.slow
 def test_arch_matched_multi30k_arms_have_the_same_size_and_protocol():
     """sweeps/arch_matched_multi30k.yaml: the multi30k_cpu encoder-decoder and its decoder-only
     match hold the same number of parameters (within 5%, on the sweep's 4000-token vocabulary),

@@ -232,6 +232,7 @@ print(hash("attnlab"), h.hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_per_length_and_split_examples_are_the_same_in_every_process():
     """Two processes with different PYTHONHASHSEED (two runs, two DDP ranks) score the same
     per-length examples: their generators are seeded from integers only. This process is one

@@ -25,6 +25,7 @@ def _hparams_records(log_dir) -> dict:
     return found, events
 
 
+@pytest.mark.slow
 def test_the_hparams_tab_gets_the_config_and_the_runs_metrics(compose, tmp_path):
     ovs = ["debug=tiny", "logger=tensorboard", f"paths.run_dir={tmp_path}", "model.n_heads=2"]
     results = train(compose(ovs), ovs)

@@ -67,6 +67,7 @@ def test_a_new_data_option_is_one_field_of_the_options_class(monkeypatch):
     assert "lowercase" in {f.name for f in fields(schema)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", sorted(SCHEMAS))
 def test_each_text_option_composes_and_instantiates(compose, option, tmp_path):
     model = "lm_small" if option in ("lm_text", "tinyshakespeare") else "small"
@@ -81,6 +82,7 @@ def test_each_text_option_composes_and_instantiates(compose, option, tmp_path):
     assert exact_match_enabled({"exact_match": reverse.exact_match}, reverse_class) is True
 
 
+@pytest.mark.slow
 def test_types_and_keys_are_checked_when_composing_and_choices_when_built(compose):
     for override in ("data.max_tokens=lots", "data.train_src=x.en"):  # multi30k reads data.root
         with pytest.raises(ConfigCompositionException):
@@ -104,6 +106,7 @@ def _preflight_lines(capsys, argv: list[str]) -> list[str]:
     return [line.removeprefix("attnlab-train: error: ") for line in lines]
 
 
+@pytest.mark.slow
 def test_preflight_reports_each_data_problem_on_one_line(capsys, tmp_path):
     lines = _preflight_lines(capsys, ["data=parallel_text"])
     assert [line.split(":")[0] for line in lines] == ["data.train_src", "data.train_tgt"]
@@ -152,6 +155,7 @@ def test_preflight_reports_each_data_problem_on_one_line(capsys, tmp_path):
     assert lines == [f"data.path: {tmp_path / 'x.txt'}: missing"]
 
 
+@pytest.mark.slow
 def test_validate_config_raises_the_problems(compose, tmp_path):
     cfg = compose(["data=parallel_text", f"data.train_src={tmp_path / 'x'}"])
     with pytest.raises(ConfigRefused) as info:
@@ -159,6 +163,7 @@ def test_validate_config_raises_the_problems(compose, tmp_path):
     assert [p.split(":")[0] for p in info.value.problems] == ["data.train_src", "data.train_tgt"]
 
 
+@pytest.mark.slow
 @needs_data
 def test_shared_multi30k_passes_the_preflight(compose, capsys):
     preflight(["data=multi30k", f"data.root={MULTI30K}", "data.download=false"], CONF_DIR)
@@ -167,6 +172,7 @@ def test_shared_multi30k_passes_the_preflight(compose, capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["multi30k", "multi30k_cpu", "tinyshakespeare"])
 def test_text_presets(compose, option):
     cfg = compose([f"experiment={option}"])

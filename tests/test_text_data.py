@@ -120,6 +120,7 @@ def test_collate_for_a_decoder_only_model_joins_each_pair_with_a_separator():
     assert batch["src_text"] == ["a", "c"] and batch["tgt_text"] == ["b", "d"]
 
 
+@pytest.mark.slow
 def test_translation_datamodule_batches(small_files, tmp_path):
     dm = small_dm(small_files, tmp_path)
     dm.prepare_data()
@@ -145,6 +146,7 @@ def test_translation_datamodule_batches(small_files, tmp_path):
     assert dm.tokenizer.decode(val["tgt_out"][0].tolist()) == val["tgt_text"][0]
 
 
+@pytest.mark.slow
 def test_translation_datamodule_for_a_decoder_only_model(small_files, tmp_path):
     dm = small_dm(small_files, tmp_path, arch="decoder_only")
     dm.setup("fit")
@@ -211,6 +213,7 @@ def test_lightning_reshuffles_each_epoch(small_files, tmp_path, reload):
     assert module.first == expected and len(set(expected)) == 3
 
 
+@pytest.mark.slow
 def test_multi30k_from_shared_root_without_network(tmp_path):
     kwargs = {
         "root": str(MULTI30K),
@@ -259,6 +262,7 @@ def test_multi30k_missing_files(tmp_path):
         Multi30kDataModule(train_src="train.en")
 
 
+@pytest.mark.slow
 def test_lm_blocks_are_shifted_by_one(tmp_path):
     dm = TinyShakespeareDataModule(
         root=str(SHAKESPEARE), block_size=64, batch_size=8, cache_dir=str(tmp_path)

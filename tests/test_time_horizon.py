@@ -119,6 +119,7 @@ def test_no_time_budget_or_no_horizon_is_a_one_line_error():
 HORIZON = "+callbacks.time_horizon._target_=attnlab.training.time_horizon.TimeBudgetHorizon"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -144,5 +145,6 @@ def test_the_preflight_refuses_a_horizon_it_cannot_set(compose, overrides, messa
         dry_build(compose(overrides))
 
 
+@pytest.mark.slow
 def test_the_preflight_accepts_a_horizon_it_can_set(compose):
     dry_build(compose([HORIZON, "trainer.max_time=00:00:01:00"]))  # a time budget and cosine

@@ -93,6 +93,7 @@ def test_save_to_run_dir_and_from_file(corpus, tmp_path):
     assert loaded.encode(s) == t.encode(s) and loaded.vocab_size == t.vocab_size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["unigram", "char"])
 def test_other_model_types(corpus, tmp_path, model_type):
     t = _train(corpus, tmp_path, model_type=model_type, vocab_size=1000)

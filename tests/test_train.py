@@ -26,6 +26,7 @@ def _run(compose, tiny_run, tmp_path, *overrides: str) -> tuple[dict, Path]:
     return results, run_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("data", "model"),
     [("copy", "small"), ("reverse", "small"), ("sort", "small"), ("reverse", "lm_small")],
@@ -60,6 +61,7 @@ def test_short_run_writes_the_run_directory(compose, tiny_run, tmp_path, data, m
     assert max(float(r["train/lr"]) for r in rows if r["train/lr"]) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("native", [False, True])
 def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(
     compose, tiny_run, tmp_path, monkeypatch, capsys, native
@@ -76,6 +78,7 @@ def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(
         assert "trainer.precision=32-true" in warned[0]
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss(compose, tiny_run, tmp_path):
     results, run_dir = _run(
         compose,
@@ -96,6 +99,7 @@ def test_training_lowers_the_loss(compose, tiny_run, tmp_path):
     assert not (run_dir / "checkpoints").exists()  # callbacks=none: no checkpoints
 
 
+@pytest.mark.slow
 def test_failure_is_recorded_and_raised(compose, tiny_run, tmp_path, monkeypatch):
     from attnlab.training.module import TransformerModule
 
@@ -109,6 +113,7 @@ def test_failure_is_recorded_and_raised(compose, tiny_run, tmp_path, monkeypatch
     assert results["status"] == "failed" and "boom at step 0" in results["error"]
 
 
+@pytest.mark.slow
 def test_fast_dev_run_is_recorded_as_debug_with_its_metrics(compose, tiny_run, tmp_path):
     from attnlab.runs.status import exit_code
 
@@ -120,6 +125,7 @@ def test_fast_dev_run_is_recorded_as_debug_with_its_metrics(compose, tiny_run, t
     assert any(r["val/loss"] for r in rows) and any(r["test/loss"] for r in rows)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_ends_the_run_as_diverged(compose, tiny_run, tmp_path, monkeypatch):
     import attnlab.training.module as module
 
@@ -204,6 +210,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 def test_ablation_keys_reach_config_results_and_wandb(compose, tiny_run, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
@@ -230,6 +237,7 @@ def test_ablation_keys_reach_config_results_and_wandb(compose, tiny_run, tmp_pat
     assert wandb_config["_run_name"].endswith("-pe=rope-norm=post-h=2-sched=noam-wu=200")
 
 
+@pytest.mark.slow
 def test_wandb_disabled_writes_no_wandb_files(compose, tiny_run, tmp_path, monkeypatch):
     """WANDB_MODE=disabled turns W&B off; Lightning's offline logger used to replace it with
     WANDB_MODE=dryrun and write an offline run anyway."""
@@ -240,6 +248,7 @@ def test_wandb_disabled_writes_no_wandb_files(compose, tiny_run, tmp_path, monke
     assert os.environ["WANDB_MODE"] == "disabled"
 
 
+@pytest.mark.slow
 def test_an_offline_run_leaves_the_environment_as_it_found_it(
     compose, tiny_run, tmp_path, monkeypatch, capsys
 ):
@@ -256,6 +265,7 @@ def test_an_offline_run_leaves_the_environment_as_it_found_it(
     assert len(offline) == 2 and all("no W&B API key" in ln for ln in offline)
 
 
+@pytest.mark.slow
 def test_multirun_from_the_command_line_writes_one_record_per_job(tmp_path_factory):
     """`attnlab-train -m seed=1,2 name=mr logger=wandb` (W&B offline; cli_run_cache.multiruns,
     its first command line): one record, run folder and W&B run per job, in one W&B group."""
@@ -358,6 +368,7 @@ def _plain_module_class():
 PlainModule = _plain_module_class()
 
 
+@pytest.mark.slow
 def test_a_lightning_module_of_ones_own_trains_from_module_target(compose, tiny_run, tmp_path):
     """module._target_ may name any LightningModule taking the built model, the task and the
     optimizer and schedule partials: the run completes, tests and records its metrics."""

@@ -67,6 +67,7 @@ def clocked_run(tmp_path_factory):
     return results, run_dir, list(FakeClock.tokens)
 
 
+@pytest.mark.slow
 def test_logged_tokens_per_sec_is_the_tokens_over_the_training_time(clocked_run):
     """Every logged value is the target tokens since the previous one over the time they took,
     validation excluded: with a clock where each step takes 0.5 s and validation 100 s per
@@ -82,6 +83,7 @@ def test_logged_tokens_per_sec_is_the_tokens_over_the_training_time(clocked_run)
         assert value == pytest.approx(tokens / (FakeClock.STEP * (last - first + 1)), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_train_metrics_are_logged_every_n_steps_and_at_the_last(clocked_run):
     """metrics.csv gets the train/ metrics every log_every_n_steps steps, results.json those
     of the last step (clocked_run: every 10th of 42 steps)."""
@@ -166,6 +168,7 @@ def _quiet_step_reads(compose, tmp_path, monkeypatch, *overrides: str):
     return results, [reads for logging, reads in HostReads.steps[1:-1] if not logging]
 
 
+@pytest.mark.slow
 def test_a_step_that_logs_nothing_reads_one_value_back(compose, tmp_path, monkeypatch):
     """Between logging steps a training step reads back one value, the finiteness check of the
     gradient norm (whose host sync clipping relies on): no metric converted for the progress
@@ -265,6 +268,7 @@ def test_the_loss_keeps_no_vocabulary_sized_float32_copy_for_backward():
     assert sum(saved.values()) <= logits_bytes + 64 * 64, saved
 
 
+@pytest.mark.slow
 def test_with_the_deferred_divergence_check_a_quiet_step_reads_nothing_back(
     compose, tmp_path, monkeypatch
 ):
@@ -293,6 +297,7 @@ def _nan_at_step(monkeypatch, bad_step: int) -> None:
     monkeypatch.setattr(TransformerModule, "_objective", poisoned)
 
 
+@pytest.mark.slow
 def test_both_divergence_checks_stop_at_the_same_step_with_the_same_weights(
     compose, tmp_path, monkeypatch
 ):
@@ -315,6 +320,7 @@ def test_both_divergence_checks_stop_at_the_same_step_with_the_same_weights(
         assert deferred["metrics"][key] == pytest.approx(every["metrics"][key], rel=1e-6), key
 
 
+@pytest.mark.slow
 def test_without_a_divergence_both_checks_train_the_same_run(compose, tmp_path):
     """The fused optimizer given found_inf = 0 every step makes the same updates."""
     runs = {}
@@ -349,6 +355,7 @@ def test_the_deferred_check_refuses_an_optimizer_torch_runs_unfused():
     assert message.startswith("module.divergence_check=logging_steps needs a fused optimizer")
 
 
+@pytest.mark.slow
 def test_a_checkpoint_saved_after_a_deferred_divergence_records_it(compose, tmp_path, monkeypatch):
     """NaN at step 5, logging every 4th step, a checkpoint after step 6 (before the next
     logging step): the checkpoint reads the flag, so the run stops there as diverged at 5, the

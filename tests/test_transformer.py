@@ -59,6 +59,7 @@ def count(**overrides) -> int:
         return Transformer(paper(**overrides)).num_parameters()
 
 
+@pytest.mark.slow
 def test_base_model_size_and_table3_differences():
     base = count()
     assert 63e6 <= base <= 65e6  # the paper reports 65M
@@ -124,6 +125,7 @@ def test_record_attention_returns_per_head_maps():
     assert model.attention_weights() == {}  # recording stops with the block
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pe, norm", list(itertools.product(POS_ENCODINGS, NORM_POSITIONS)))
 def test_tiny_model_overfits_a_fixed_batch(pe, norm):
     """50 Adam steps at 1e-2 reach a loss near 0.005 with every encoding and norm position
