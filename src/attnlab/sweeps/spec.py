@@ -43,6 +43,12 @@ DISTRIBUTIONS = (
 UNBOUNDED = ("normal", "q_normal", "log_normal", "q_log_normal", "beta", "q_beta")
 # min and max are the values themselves (else exponents: log_uniform, q_log_uniform, inv_...)
 _POSITIVE = ("log_uniform_values", "q_log_uniform_values", "inv_log_uniform_values")
+# W&B's keys (https://docs.wandb.ai/models/sweeps/sweep-config-keys), then attnlab's: `baseline`
+# (attnlab-compare's), `arms` (a search's studies), `tune`, `seeds`, `primary` (a study's:
+# attnlab.sweeps.tuning).
+TOP_LEVEL_KEYS = ("program", "entity", "project", "description", "name", "method", "metric",
+                  "parameters", "early_terminate", "command", "run_cap", "job",
+                  "baseline", "arms", "tune", "seeds", "primary")  # fmt: skip
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
 _ENVVAR_MACRO = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")
 _SAFE_VALUE = re.compile(r"^[\w./+:-]+$")
@@ -115,6 +121,16 @@ def load_sweep(path_or_dict: str | os.PathLike | Mapping) -> dict:
         raise SweepError(f"{source}: 'parameters' is missing{hint}")
     if not isinstance(params, dict) or not params:
         raise SweepError(f"{source}: 'parameters' must be a non-empty mapping")
+    unknown = [str(k) for k in config if k not in TOP_LEVEL_KEYS]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], TOP_LEVEL_KEYS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SweepError(
+            f"{source}: key {unknown[0]!r} is not a sweep key{hint}; "
+            f"expected one of: {', '.join(TOP_LEVEL_KEYS)}"
+        )
     for key, spec in params.items():
         _check_parameter(source, key, spec, method)
     command = config.get("command", DEFAULT_COMMAND)

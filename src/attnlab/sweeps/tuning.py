@@ -1,0 +1,384 @@
+"""Studies: a fair ablation as one sweep file (issue 63).
+
+A study is a grid sweep file with three more blocks. `parameters` are the arms (the scientific
+hyperparameters); `tune` names one nuisance hyperparameter, tuned for each arm on validation
+before the arms are compared (the Deep Learning Tuning Playbook's rule); `seeds` are the seeds
+run at each arm's chosen value; `primary` is the confirmatory comparison, named before any run:
+
+    parameters:
+      model.n_heads: {values: [1, 8]}
+    tune:
+      key: scheduler.peak_lr
+      values: [4.0e-3, 8.0e-3, 1.6e-2]
+      seeds: [1]              # the tuning seeds: the mean over them decides
+      metric: val/nll_best    # a validation metric; its direction from `goal` or the name
+      refine: true            # then the geometric midpoints beside the best
+      extend: 2               # a best at the grid's edge: up to 2 more points beyond it
+    seeds: [1, 2, 3, 4, 5]
+    primary: {metric: test/bleu, baseline: {model.n_heads: 8}, test: welch}
+
+Stage 1 runs every arm at every value with each tuning seed; while an arm's best is at an edge
+of its points, the next point beyond that edge (the grid's own step, up to `extend` on each side)
+is added; then, with `refine`, the midpoints between the best and its neighbours. The choice per
+arm is written to <out>/choice.json (and choice.md) before stage 2 runs the seeds at it. The
+rules are pure functions here (plan_points, choose); attnlab.cli.sweep runs the stages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.sweeps.spec import SweepError, swept_keys
+
+TESTS = ("welch", "paired")
+# Metrics where larger is better (the rest: smaller), by the last part of their name.
+_LARGER = ("bleu", "chrf", "accuracy", "exact_match", "acc")
+STUDY_KEYS = ("tune", "seeds", "primary")
+
+
+@dataclass(frozen=True)
+class Tune:
+    key: str
+    values: tuple
+    seeds: tuple[int, ...] = (1,)
+    metric: str = "val/nll_best"
+    goal: str = "minimize"
+    refine: bool = False
+    extend: int = 0
+
+    @property
+    def numeric(self) -> bool:
+        return all(_is_number(v) for v in self.values)
+
+    @property
+    def geometric(self) -> bool:
+        return self.numeric and all(v > 0 for v in self.values)
+
+
+@dataclass(frozen=True)
+class Primary:
+    metric: str
+    baseline: dict
+    test: str = "welch"
+    margin: float | None = None
+
+
+@dataclass(frozen=True)
+class Study:
+    tune: Tune
+    seeds: tuple[int, ...]
+    primary: Primary
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def goal_of(metric: str, goal: str | None = None) -> str:
+    """`goal` if given (minimize or maximize), else from the metric's name: BLEU, chrF,
+    accuracy and exact match are maximized, losses, perplexities and NLLs minimized."""
+    if goal is not None:
+        return goal
+    last = metric.rsplit("/", 1)[-1].lower()
+    return "maximize" if any(last.startswith(w) for w in _LARGER) else "minimize"
+
+
+def load_study(config: Mapping, source: str) -> Study | None:
+    """The study of a (loaded) sweep file, None when it has no `tune` block; SweepError (one
+    line naming the key) for a bad block."""
+    present = [k for k in STUDY_KEYS if k in config]
+    if not present:
+        return None
+    missing = [k for k in STUDY_KEYS if k not in config]
+    if missing:
+        raise SweepError(
+            f"{source}: a study needs {', '.join(STUDY_KEYS)}; "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing"
+        )
+    if config.get("method") != "grid":
+        raise SweepError(f"{source}: a study's arms are a grid: method must be 'grid'")
+    tune = _tune(config["tune"], config, source)
+    seeds = _seeds(config["seeds"], f"{source}: seeds")
+    return Study(tune=tune, seeds=seeds, primary=_primary(config["primary"], config, source))
+
+
+def _tune(block: Any, config: Mapping, source: str) -> Tune:
+    where = f"{source}: tune"
+    if not isinstance(block, dict):
+        raise SweepError(f"{where} must be a mapping with key, values, seeds, metric")
+    known = ("key", "values", "seeds", "metric", "goal", "refine", "extend")
+    for k in block:
+        if k not in known:
+            raise SweepError(f"{where}.{k} is not a key of tune; expected: {', '.join(known)}")
+    key = block.get("key")
+    if not isinstance(key, str) or not key:
+        raise SweepError(f"{where}.key must name the tuned key, e.g. scheduler.peak_lr")
+    if key in config["parameters"]:
+        raise SweepError(
+            f"{where}.key={key} is also an arm key (parameters.{key}): the tuned key is tuned "
+            "within each arm, not swept across arms"
+        )
+    if key == "seed":
+        raise SweepError(f"{where}.key=seed: seeds are `tune.seeds` and `seeds`, not tuned")
+    values = block.get("values")
+    if not isinstance(values, list) or not values:
+        raise SweepError(f"{where}.values must be a non-empty list")
+    if len(set(map(repr, values))) != len(values):
+        raise SweepError(f"{where}.values has a value twice: {values}")
+    numeric = all(_is_number(v) for v in values)
+    refine, extend = block.get("refine", False), block.get("extend", 0)
+    if not isinstance(refine, bool):
+        raise SweepError(f"{where}.refine={refine!r} must be true or false")
+    if not isinstance(extend, int) or isinstance(extend, bool) or extend < 0:
+        raise SweepError(f"{where}.extend={extend!r} must be a whole number >= 0")
+    if not numeric and (refine or extend):
+        bad = "refine" if refine else "extend"
+        raise SweepError(
+            f"{where}.{bad} needs numbers in tune.values (got {values}): a categorical key is "
+            "tuned over its values only (YAML reads 1e-3 as a string; write 1.0e-3)"
+        )
+    if (refine or extend) and len(values) < 2:
+        raise SweepError(f"{where}.values needs 2 values or more to refine or extend")
+    metric = block.get("metric", "val/nll_best")
+    if not isinstance(metric, str) or not metric:
+        raise SweepError(f"{where}.metric must be a metric name such as val/nll_best")
+    if not metric.startswith("val/"):
+        raise SweepError(
+            f"{where}.metric={metric}: only validation metrics (val/...) choose a tuned value; "
+            "a test metric must not (it would select on the test set)"
+        )
+    goal = block.get("goal")
+    if goal is not None and goal not in ("minimize", "maximize"):
+        raise SweepError(f"{where}.goal={goal!r}; expected minimize or maximize")
+    seeds = _seeds(block.get("seeds", [1]), f"{where}.seeds")
+    ordered = tuple(sorted(values)) if numeric else tuple(values)
+    return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend)
+
+
+def _seeds(value: Any, where: str) -> tuple[int, ...]:
+    ok = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+    )
+    if not ok or len(set(value)) != len(value):
+        raise SweepError(f"{where} must be a non-empty list of distinct integers, e.g. [1, 2, 3]")
+    return tuple(value)
+
+
+def _primary(block: Any, config: Mapping, source: str) -> Primary:
+    where = f"{source}: primary"
+    if not isinstance(block, dict):
+        raise SweepError(f"{where} must be a mapping with metric, baseline, test")
+    known = ("metric", "baseline", "test", "margin")
+    for k in block:
+        if k not in known:
+            raise SweepError(f"{where}.{k} is not a key of primary; expected: {', '.join(known)}")
+    metric = block.get("metric")
+    if not isinstance(metric, str) or "/" not in metric:
+        raise SweepError(f"{where}.metric must be a metric name such as test/bleu")
+    test = block.get("test", "welch")
+    if test not in TESTS:
+        raise SweepError(f"{where}.test={test!r}; expected one of: {', '.join(TESTS)}")
+    params = config["parameters"]
+    baseline = block.get("baseline")
+    if not isinstance(baseline, dict) or not baseline:
+        raise SweepError(f"{where}.baseline must name an arm, e.g. {{model.n_heads: 8}}")
+    for key, value in baseline.items():
+        if key not in params:
+            raise SweepError(
+                f"{where}.baseline.{key} is not an arm key; the arm keys: {', '.join(params)}"
+            )
+        spec = params[key]
+        values = spec.get("values", [spec.get("value")])
+        if value not in values:
+            raise SweepError(
+                f"{where}.baseline.{key}={value!r} is not an arm; parameters.{key} has {values}"
+            )
+    margin = block.get("margin")
+    if margin is not None and not (_is_number(margin) and margin > 0):
+        raise SweepError(f"{where}.margin={margin!r} must be a number > 0 (the equivalence margin)")
+    return Primary(metric, dict(baseline), test, margin)
+
+
+def check_arms(config: Mapping, source: str) -> None:
+    """A study's parameters hold the arms only: its seeds are `seeds` and `tune.seeds`."""
+    if "seed" in config["parameters"]:
+        raise SweepError(
+            f"{source}: parameters.seed: a study's seeds are `tune.seeds` (stage 1) and `seeds` "
+            "(stage 2), not an arm key"
+        )
+
+
+# ---- the rules: which points stage 1 adds, and which one it chooses ----------------------------
+
+
+def _beyond(tune: Tune, side: str, k: int) -> float:
+    """The k-th point beyond the grid's low or high edge, at the grid's own step there."""
+    v = tune.values
+    if tune.geometric:
+        step = v[1] / v[0] if side == "low" else v[-1] / v[-2]
+        return v[0] / step**k if side == "low" else v[-1] * step**k
+    step = v[1] - v[0] if side == "low" else v[-1] - v[-2]
+    return v[0] - k * step if side == "low" else v[-1] + k * step
+
+
+def _between(tune: Tune, a: float, b: float) -> float:
+    return math.sqrt(a * b) if tune.geometric else (a + b) / 2
+
+
+def _key(x: float) -> float:
+    """A value as points are compared (12 significant digits: 8e-3 * 2 and 1.6e-2 are one)."""
+    return float(f"{x:.12g}")
+
+
+def _best(points: Sequence, scores: Mapping, goal: str):
+    """The best point by its score (None: no score, it cannot win); ties: the lowest value."""
+    scored = [p for p in points if scores.get(_key(p) if _is_number(p) else p) is not None]
+    if not scored:
+        return None
+    sign = 1 if goal == "minimize" else -1
+    return min(scored, key=lambda p: (sign * scores[_key(p) if _is_number(p) else p], p))
+
+
+def plan_points(tune: Tune, scores: Mapping) -> list:
+    """The points stage 1 should run next for one arm, given the scores of the points it ran
+    (value -> the mean of the tuning metric over the tuning seeds; None for a point that cannot
+    win: diverged, failed or no metric). [] when the arm's search is done.
+
+    The grid first; then, while the best of the points so far is at an edge and fewer than
+    `extend` points lie beyond that edge, the next one beyond it; then, with `refine`, the
+    midpoints between the best and each of its neighbours among those points."""
+    grid = list(tune.values)
+    todo = [v for v in grid if (_key(v) if tune.numeric else v) not in scores]
+    if todo:
+        return todo
+    if not tune.numeric:
+        return []
+    coarse = sorted(grid + _extensions(tune, scores))
+    best = _best(coarse, scores, tune.goal)
+    if best is None:
+        return []
+    for side, edge in (("low", coarse[0]), ("high", coarse[-1])):
+        used = sum(_key(_beyond(tune, side, k)) in scores for k in range(1, tune.extend + 1))
+        if best == edge and used < tune.extend:
+            return [_beyond(tune, side, used + 1)]
+    if not tune.refine:
+        return []
+    i = coarse.index(best)
+    mids = [_between(tune, best, coarse[j]) for j in (i - 1, i + 1) if 0 <= j < len(coarse)]
+    return [m for m in mids if _key(m) not in scores]
+
+
+def _extensions(tune: Tune, scores: Mapping) -> list[float]:
+    return [
+        _beyond(tune, side, k)
+        for side in ("low", "high")
+        for k in range(1, tune.extend + 1)
+        if _key(_beyond(tune, side, k)) in scores
+    ]
+
+
+@dataclass
+class Choice:
+    """One arm's stage-1 outcome (what choice.json holds for it)."""
+
+    arm: dict
+    key: str
+    metric: str
+    goal: str
+    points: list[dict] = field(default_factory=list)  # value, score, per-seed values, statuses
+    chosen: Any = None
+    margin_below: float | None = None  # the chosen point's score gap to its lower neighbour
+    margin_above: float | None = None
+    at_edge: bool = False  # still at the edge of every point run (after any extension)
+    extended: int = 0
+    refined: bool = False
+
+
+def choose(tune: Tune, arm: Mapping, points: Mapping) -> Choice:
+    """The arm's choice from its stage-1 points: value -> {"score", "values", "statuses"}."""
+    keyed = {k: p["score"] for k, p in points.items()}
+    values = sorted(points) if tune.numeric else [v for v in tune.values if v in points]
+    choice = Choice(dict(arm), tune.key, tune.metric, tune.goal)
+    choice.points = [{"value": v, **points[v]} for v in values]
+    best = _best(values, keyed, tune.goal)
+    choice.chosen = best
+    if tune.numeric:
+        grid = {_key(v) for v in tune.values}
+        coarse = {_key(v) for v in [*tune.values, *_extensions(tune, keyed)]}
+        choice.extended = len(coarse - grid)
+        choice.refined = any(_key(v) not in coarse for v in values)
+    if best is None:
+        return choice
+    i = values.index(best)
+    sign = 1 if tune.goal == "minimize" else -1
+    for j, name in ((i - 1, "margin_below"), (i + 1, "margin_above")):
+        if 0 <= j < len(values) and keyed.get(values[j]) is not None:
+            setattr(choice, name, sign * (keyed[values[j]] - keyed[best]))
+    choice.at_edge = tune.numeric and best in (values[0], values[-1])
+    return choice
+
+
+def score(values: Sequence[float | None]) -> float | None:
+    """A point's score: the mean over its tuning seeds; None when any seed has no value (it
+    diverged, failed or logged no such metric: the point cannot win)."""
+    if not values or any(v is None or not math.isfinite(v) for v in values):
+        return None
+    return sum(values) / len(values)
+
+
+def write_choice(out: Path, tune: Tune, choices: Sequence[Choice]) -> Path:
+    """<out>/choice.json and choice.md: each arm's points, scores and chosen value."""
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"tune": asdict(tune), "arms": [asdict(c) for c in choices]}
+    path = out / "choice.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=list) + "\n")
+    tmp.replace(path)
+    (out / "choice.md").write_text(choice_markdown(tune, choices))
+    return path
+
+
+def choice_markdown(tune: Tune, choices: Sequence[Choice]) -> str:
+    seeds = ", ".join(map(str, tune.seeds))
+    lines = [
+        f"# Stage 1: {tune.key} chosen per arm on {tune.metric} ({tune.goal}, mean over "
+        f"tuning seed{'s' * (len(tune.seeds) > 1)} {seeds})",
+        "",
+    ]
+    for c in choices:
+        arm = ", ".join(f"{k}={v}" for k, v in c.arm.items())
+        lines += [f"## {arm}", "", f"| {tune.key} | {tune.metric} | per seed | status |"]
+        lines.append("|---|---|---|---|")
+        for p in c.points:
+            mark = " **chosen**" if p["value"] == c.chosen else ""
+            s = "-" if p["score"] is None else f"{p['score']:.4g}"
+            per = ", ".join("-" if v is None else f"{v:.4g}" for v in p["values"])
+            lines.append(f"| {p['value']:.4g}{mark} | {s} | {per} | {', '.join(p['statuses'])} |")
+        notes = []
+        for name, gap in (("lower", c.margin_below), ("higher", c.margin_above)):
+            shown = "-" if gap is None else f"{gap:.4g}"
+            notes.append(f"margin to the {name} neighbour: {shown}")
+        if c.at_edge:
+            notes.append(f"AT THE EDGE after {c.extended} extension(s): the best may lie beyond")
+        lines += ["", "; ".join(notes), ""]
+    return "\n".join(lines)
+
+
+def arm_grid(config: Mapping) -> list[dict]:
+    """The arms: the grid of `parameters` (first key slowest)."""
+    import itertools
+
+    params = config["parameters"]
+    axes = [spec["values"] if "values" in spec else [spec["value"]] for spec in params.values()]
+    return [dict(zip(params, combo, strict=True)) for combo in itertools.product(*axes)]
+
+
+def arm_keys(config: Mapping) -> list[str]:
+    return swept_keys(config) or list(config["parameters"])

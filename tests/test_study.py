@@ -1,0 +1,257 @@
+"""Studies (issue 63): a sweep file with tune / seeds / primary blocks; each arm's value of the
+tuned key chosen on validation (extended at an edge, refined around the best), then the seeds at
+each arm's choice. The rules as unit tests; the two stages end to end with a stand-in trial
+(tests/fixtures/fake_study_trial.py: no torch), killed in each stage and rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnlab.cli import sweep
+from attnlab.sweeps.tuning import Tune, _key, choose, plan_points, score
+
+FAKE = Path(__file__).resolve().parent / "fixtures" / "fake_study_trial.py"
+
+
+def _tune(values=(1e-3, 4e-3, 1.6e-2), refine=True, extend=2, goal="minimize", seeds=(1,)):
+    return Tune("lr", tuple(values), tuple(seeds), "val/nll_best", goal, refine, extend)
+
+
+def _scores(f, points):
+    return {_key(p): f(p) for p in points}
+
+
+def test_a_best_inside_the_grid_is_refined_on_both_sides():
+    tune = _tune()
+    grid = {_key(1e-3): 2.0, _key(4e-3): 1.0, _key(1.6e-2): 3.0}
+    assert plan_points(tune, {}) == list(tune.values)  # the grid first
+    mids = plan_points(tune, grid)
+    assert [round(m, 12) for m in mids] == [2e-3, 8e-3]  # geometric midpoints
+    done = {**grid, _key(2e-3): 1.5, _key(8e-3): 1.2}
+    assert plan_points(tune, done) == []
+    choice = choose(tune, {"arm": "a"}, {k: _point(v) for k, v in done.items()})
+    assert choice.chosen == _key(4e-3) and not choice.at_edge and choice.refined
+    assert choice.margin_below == pytest.approx(0.5) and choice.margin_above == pytest.approx(0.2)
+    assert choice.extended == 0
+
+
+def _point(value):
+    return {"score": value, "values": [value], "statuses": ["completed"]}
+
+
+@pytest.mark.parametrize("side", ["low", "high"])
+def test_a_best_at_an_edge_is_extended_at_the_grids_step_then_refined(side):
+    tune = _tune()
+    target = 1e-4 * 4 if side == "low" else 2e-1  # where the curve's minimum lies
+    f = lambda x: abs(__import__("math").log(x / target))  # noqa: E731
+    points = list(tune.values)
+    beyond = []
+    while True:
+        todo = plan_points(tune, _scores(f, points))
+        if not todo:
+            break
+        points += todo
+        beyond += [p for p in todo if not tune.values[0] <= p <= tune.values[-1]]
+    step = 4.0
+    first = tune.values[0] / step if side == "low" else tune.values[-1] * step
+    assert beyond[0] == pytest.approx(first)  # the grid's own factor of 4
+    choice = choose(tune, {}, {_key(p): _point(f(p)) for p in points})
+    assert choice.extended >= 1 and choice.refined
+    best = min(points, key=f)
+    assert choice.chosen == _key(best)
+
+
+def test_still_at_the_edge_after_every_extension_is_said():
+    tune = _tune(extend=1)
+    f = lambda x: -x  # noqa: E731  (better and better upward: the edge is never left)
+    points = list(tune.values)
+    while todo := plan_points(tune, _scores(f, points)):
+        points += todo
+    assert max(points) == pytest.approx(1.6e-2 * 4)  # one extension, then one midpoint below
+    assert len(points) == 3 + 1 + 1
+    choice = choose(tune, {}, {_key(p): _point(f(p)) for p in points})
+    assert choice.at_edge and choice.extended == 1 and choice.margin_above is None
+
+
+def test_ties_choose_the_lowest_value_and_a_point_that_cannot_win_is_skipped():
+    tune = _tune(refine=False, extend=0)
+    scores = {_key(1e-3): 1.0, _key(4e-3): 1.0, _key(1.6e-2): None}  # the last one diverged
+    assert plan_points(tune, scores) == []
+    choice = choose(tune, {}, {k: _point(v) for k, v in scores.items()})
+    assert choice.chosen == _key(1e-3)
+    maximized = _tune(refine=False, extend=0, goal="maximize")
+    higher = {_key(1e-3): 1.0, _key(4e-3): 2.0, _key(1.6e-2): 2.0}
+    assert choose(maximized, {}, {k: _point(v) for k, v in higher.items()}).chosen == _key(4e-3)
+
+
+def test_several_tuning_seeds_decide_by_their_mean_and_any_failed_seed_sinks_the_point():
+    assert score([1.0, 2.0, 3.0]) == 2.0
+    assert score([1.0, None]) is None and score([1.0, float("nan")]) is None and score([]) is None
+
+
+# ---- the study file's blocks: one line naming the key, exit 2, nothing written ------------------
+
+STUDY = {
+    "name": "tiny",
+    "program": str(FAKE),
+    "method": "grid",
+    "metric": {"name": "val/nll_best", "goal": "minimize"},
+    "parameters": {"arm": {"values": ["a", "b"]}},
+    "tune": {
+        "key": "lr",
+        "values": [1.0e-3, 4.0e-3, 1.6e-2],
+        "seeds": [1],
+        "metric": "val/nll_best",
+        "refine": True,
+        "extend": 2,
+    },  # fmt: skip
+    "seeds": [1, 2],
+    "primary": {"metric": "test/score", "baseline": {"arm": "a"}, "test": "welch"},
+    "command": ["${interpreter}", "${program}", "${args_no_hyphens}"],
+}
+
+
+def _edited(**changes) -> dict:
+    study = json.loads(json.dumps(STUDY))
+    for dotted, value in changes.items():
+        *path, last = dotted.split("__")
+        node = study
+        for part in path:
+            node = node[part]
+        if value is None:
+            node.pop(last)
+        else:
+            node[last] = value
+    return study
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"tune__key": "arm"}, "tune.key=arm is also an arm key (parameters.arm)"),
+        ({"tune__metric": "test/score"}, "tune.metric=test/score: only validation metrics"),
+        ({"tune__values": []}, "tune.values must be a non-empty list"),
+        ({"tune__values": ["1e-3", "4e-3"]}, "tune.refine needs numbers in tune.values"),
+        ({"primary__baseline": {"arm": "c"}}, "primary.baseline.arm='c' is not an arm"),
+        ({"primary__baseline": {"lr": 1}}, "primary.baseline.lr is not an arm key"),
+        ({"primary__test": "ttest"}, "primary.test='ttest'; expected one of: welch, paired"),
+        ({"tune__refines": True}, "tune.refines is not a key of tune"),
+        ({"seeds": None}, "a study needs tune, seeds, primary; seeds is missing"),
+        ({"parameters__seed": {"values": [1, 2]}}, "parameters.seed: a study's seeds are"),
+        ({"tunes": {"key": "lr"}}, "key 'tunes' is not a sweep key (did you mean 'tune'?)"),
+    ],
+    ids=["tuned-is-arm", "test-metric", "empty-grid", "refine-categorical", "baseline-value",
+         "baseline-key", "test-name", "tune-typo", "no-seeds", "seed-arm", "top-level-typo"],
+)  # fmt: skip
+def test_a_bad_study_file_is_one_line_naming_the_key_and_writes_nothing(
+    tmp_path, capsys, changes, message
+):
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(_edited(**changes), sort_keys=False))
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
+# ---- end to end --------------------------------------------------------------------------------
+
+
+def _run(path: Path, out: Path, kill: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    if kill is not None:
+        env["FAKE_STUDY_KILL"] = str(kill)
+    cmd = [sys.executable, "-m", "attnlab.cli.sweep", str(path), "--out", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _outcome(out: Path) -> dict:
+    """What a finished study folder says: the choice, every trial's metrics and attempts."""
+    choice = json.loads((out / "choice.json").read_text())
+    trials = {}
+    for stage in ("tune", "seeds"):
+        for run in sorted(p for p in (out / stage).iterdir() if p.is_dir()):
+            results = json.loads((run / "results.json").read_text())
+            attempts = (run / "attempts.log").read_text().split()
+            trials[f"{stage}/{run.name}"] = (results["status"], results["metrics"], len(attempts))
+    return {"choice": choice["arms"], "trials": trials}
+
+
+@pytest.mark.slow
+def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
+    """Two arms x 3 rates (factor 4), one tuning seed, extend 2, refine; arm a's optimum is
+    inside the grid, arm b's beyond its high edge. Then the same study killed (SIGKILL of the
+    launcher) once in stage 1 and once in stage 2, each time rerun with the same command: it
+    ends with the uncrashed study's choice and metrics, every trial completed once but the two
+    the kills took down (each run twice)."""
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(STUDY, sort_keys=False))
+    calm = tmp_path / "calm"
+    done = _run(path, calm)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "stage 1's choice:" in done.stdout and f"attnlab-compare {calm / 'seeds'}" in done.stdout
+    outcome = _outcome(calm)
+    a, b = outcome["choice"]
+    assert a["arm"] == {"arm": "a"} and a["chosen"] == pytest.approx(4e-3)  # inside: refined
+    assert [p["value"] for p in a["points"]] == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])
+    assert not a["at_edge"] and a["extended"] == 0 and a["refined"]
+    # b: best at the high edge, extended twice (6.4e-2, 0.256), then refined around 6.4e-2
+    assert b["extended"] == 2 and b["refined"] and not b["at_edge"]
+    assert b["chosen"] == pytest.approx(0.128)
+    assert a["margin_below"] > 0 and a["margin_above"] > 0
+    seeds = {k: v for k, v in outcome["trials"].items() if k.startswith("seeds/")}
+    assert sorted(seeds) == ["seeds/arm_a-seed_1", "seeds/arm_a-seed_2", "seeds/arm_b-seed_1",
+                             "seeds/arm_b-seed_2"]  # fmt: skip
+    ran_at = {k: json.loads((calm / k / "results.json").read_text())["overrides"] for k in seeds}
+    assert "lr=0.004" in ran_at["seeds/arm_a-seed_1"]  # the chosen value, not a typed one
+    assert all(attempts == 1 for _, _, attempts in outcome["trials"].values())
+    assert "AT THE EDGE" not in (calm / "choice.md").read_text()
+    compare_spec = yaml.safe_load((calm / "seeds" / "sweep.yaml").read_text())
+    assert compare_spec["primary"] == STUDY["primary"]
+    assert compare_spec["baseline"] == {"arm": "a"}
+
+    # The same study, killed in stage 1 (its 4th trial) and in stage 2 (its 2nd)
+    crashed, kill = tmp_path / "crashed", tmp_path / "kill.json"
+    stage_one = len([k for k in outcome["trials"] if k.startswith("tune/")])
+    # the 4th start; then the rerun restarts that one and the rest of stage 1 (stage_one - 3),
+    # and its 2nd stage-2 trial is start stage_one + 3
+    kill.write_text(json.dumps({"started": 0, "at": [4, stage_one + 3]}))
+    codes = [_run(path, crashed, kill).returncode for _ in range(3)]
+    assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0], codes
+    again = _outcome(crashed)
+    assert again["choice"] == [
+        {**c, "points": [{**p, "trials": p["trials"]} for p in c["points"]]}
+        for c in outcome["choice"]
+    ]
+    twice = [k for k, (_, _, n) in again["trials"].items() if n == 2]
+    assert len(twice) == 2 and twice[0].startswith("tune/") and twice[1].startswith("seeds/")
+    strip = lambda trials: {k: v[:2] for k, v in trials.items()}  # noqa: E731
+    assert strip(again["trials"]) == strip(outcome["trials"])
+
+    # The study file edited after its choice: refused for that folder, nothing changed
+    before = (crashed / "choice.json").read_text()
+    path.write_text(yaml.safe_dump(_edited(tune__values=[1.0e-3, 4.0e-3]), sort_keys=False))
+    refused = _run(path, crashed)
+    assert refused.returncode == 2 and "the study file changed after its choice" in refused.stderr
+    assert (crashed / "choice.json").read_text() == before
+
+
+def test_the_dry_run_prints_both_stages_and_the_primary_test(tmp_path, capsys):
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(STUDY, sort_keys=False))
+    assert sweep.main([str(path), "--dry-run", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "stage 1: lr over [0.001, 0.004, 0.016] x tuning seeds [1]" in out
+    assert "6 trials, at most 18 with extend=2 and refine=true" in out
+    assert "stage 2: seeds [1, 2] at each arm's choice: 4 trials" in out
+    assert "primary (named before the runs): test/score, welch test against arm=a" in out
+    assert not (tmp_path / "o").exists()
