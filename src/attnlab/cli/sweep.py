@@ -36,7 +36,7 @@ from attnlab.sweeps.spec import (
     sweep_name,
 )
 from attnlab.sweeps.summary import write_summary
-from attnlab.sweeps.tuning import Study, load_study
+from attnlab.sweeps.tuning import load_study
 
 __all__ = ["Trial", "expand_sweep", "main"]
 
@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
     try:
         config, groups = _sweep_and_slots(args)
-        study = load_study(config, args.sweep)
-        if study is not None:  # tuned per arm on validation, then seeds (attnlab.sweeps.tuning)
+        if (study := load_study(config, args.sweep)) is not None:  # attnlab.cli.study
             return _run_study(args, config, study, groups, argv)
         if args.wandb:  # W&B's server searches
             return _run_wandb(args, config, groups)
@@ -180,93 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
-def _run_study(args: argparse.Namespace, config: dict, study: Study, groups, argv) -> int:
-    """A study: stage 1 tunes `tune.key` per arm on validation (extending at an edge, refining
-    around the best), the choice is written, then stage 2 runs `seeds` at each arm's choice."""
-    from attnlab.sweeps import staged, tuning
+def _run_study(args, config, study, groups, argv) -> int:
+    """A study file (tune / seeds / primary): attnlab.cli.study, given this module's helpers."""
+    from attnlab.cli import study as studies
 
-    tuning.check_arms(config, args.sweep)
-    if args.wandb:
-        raise SweepError(
-            f"{args.sweep}: a study runs here (attnlab-sweep without --wandb); W&B's server "
-            "would run its arms without the per-arm tuning"
-        )
-    if args.count is not None:
-        raise SweepError("--count does not apply to a study: its stages set their trials")
-    out = Path(args.out) if args.out else default_out_dir(config["name"])
-    refuse_foreign_out(out, config)
-    staged.refuse_edited_study(out, config)
-    run = staged.StudyRun(config, study, out, args.overrides)
-    parallel = args.parallel or (len(groups) if groups else 1)
-    if groups and parallel > len(groups):
-        parallel = len(groups)
-    share = 1 / args.trials_per_gpu if args.trials_per_gpu > 1 else None
-    tune, primary = study.tune, study.primary
-    grid = run.grid_trials()
-    first = (tune.values[0], study.seeds[0])  # each arm's stage-2 config, checked up front
-    firsts = [run.seed_trial(arm, *first, i) for i, arm in enumerate(run.arms)]
-    print(
-        f"study {config['name']} ({args.sweep}): {len(run.arms)} arms, {parallel} trial(s) at a "
-        f"time, out {out}\n"
-        f"  stage 1: {tune.key} over {list(tune.values)} x tuning seeds {list(tune.seeds)} per "
-        f"arm, chosen on {tune.metric} ({tune.goal}): {len(grid)} trials, at most "
-        f"{run.upper_bound()} with extend={tune.extend} and refine={str(tune.refine).lower()}\n"
-        f"  stage 2: seeds {list(study.seeds)} at each arm's choice: "
-        f"{len(run.arms) * len(study.seeds)} trials\n"
-        f"  primary (named before the runs): {primary.metric}, {primary.test} test against "
-        f"{', '.join(f'{k}={v}' for k, v in primary.baseline.items())}"
-        + (f", equivalence margin {primary.margin}" if primary.margin is not None else "")
-    )
-    if args.dry_run:
-        _list_trials(grid)
-    if not _trials_start([*grid, *firsts]):
-        return 2
-    if args.dry_run:
-        print(f"every stage-1 trial's config checked, and each arm's stage-2 config: "
-              f"{len(grid)} + {len(firsts)} would start")  # fmt: skip
-        return 0
-
-    write_spec(out, config)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    name = config["name"]
-    try:
-        choices, tuned, interrupted = run.stage_one(
-            lambda trials: staged.run_stage(trials, parallel, groups, tune.metric, share)
-        )
-        print()
-        print(write_summary(tuned, out / "tune", f"{name} stage 1", args.sweep, tune.metric,
-                            interrupted))  # fmt: skip
-        if interrupted:
-            print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], out)}")
-            return exit_code([Status.INTERRUPTED])
-        path = tuning.write_choice(out, tune, choices)
-        print(f"stage 1's choice: {path} (and choice.md)")
-        for c in choices:
-            arm = ", ".join(f"{k}={v}" for k, v in c.arm.items())
-            edge = f"  AT THE EDGE after {c.extended} extension(s)" if c.at_edge else ""
-            print(f"  {arm}: {tune.key}={c.chosen}{edge}")
-        bad = staged.unchosen(choices)
-        if bad:
-            arms = "; ".join(", ".join(f"{k}={v}" for k, v in c.arm.items()) for c in bad)
-            print(f"attnlab-sweep: error: no stage-1 point completed with {tune.metric} for "
-                  f"{arms}: nothing to choose (see {out / 'tune' / 'summary.md'})",
-                  file=sys.stderr)  # fmt: skip
-            return exit_code([Status.FAILED])
-        run.write_seeds_spec()
-        results = staged.run_stage(run.seed_trials(choices), parallel, groups, primary.metric,
-                                   share)  # fmt: skip
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)
-    print()
-    print(write_summary(results, out / "seeds", f"{name} stage 2", args.sweep, primary.metric,
-                        interrupted))  # fmt: skip
-    print(f"compare: attnlab-compare {out / 'seeds'}")
-    if interrupted:
-        print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], out)}")
-    return exit_code(
-        [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
-    )
+    return studies.run_study(args, config, study, groups, argv, sys.modules[__name__])
 
 
 def searched(config: dict, args: argparse.Namespace) -> bool:

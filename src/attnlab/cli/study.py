@@ -1,0 +1,117 @@
+"""attnlab-sweep on a study file (a sweep file with tune / seeds / primary blocks): stage 1 tunes
+`tune.key` per arm on validation (extending at an edge, refining around the best), the choice is
+written, then stage 2 runs `seeds` at each arm's choice. The rules: attnlab.sweeps.tuning; the
+trials and folders: attnlab.sweeps.staged; docs/sweeps.md "Studies"."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from attnlab.runs.status import Status, exit_code
+from attnlab.sweeps import staged, tuning
+from attnlab.sweeps.spec import SweepError
+from attnlab.sweeps.summary import write_summary
+from attnlab.sweeps.tuning import Study
+
+
+def run_study(
+    args: argparse.Namespace, config: dict, study: Study, groups, argv, cli: ModuleType
+) -> int:
+    """The study's plan, its checks, then both stages; attnlab-train's exit codes (stage 2's
+    worst; 4 when interrupted in either stage). `cli`: attnlab.cli.sweep, whose helpers a
+    sweep and a study share (passed in, not imported: that module starts this one)."""
+    tuning.check_arms(config, args.sweep)
+    if args.wandb:
+        raise SweepError(
+            f"{args.sweep}: a study runs here (attnlab-sweep without --wandb); W&B's server "
+            "would run its arms without the per-arm tuning"
+        )
+    if args.count is not None:
+        raise SweepError("--count does not apply to a study: its stages set their trials")
+    out = Path(args.out) if args.out else cli.default_out_dir(config["name"])
+    cli.refuse_foreign_out(out, config)
+    staged.refuse_edited_study(out, config)
+    run = staged.StudyRun(config, study, out, args.overrides)
+    parallel = args.parallel or (len(groups) if groups else 1)
+    if groups and parallel > len(groups):
+        parallel = len(groups)
+    share = 1 / args.trials_per_gpu if args.trials_per_gpu > 1 else None
+    grid = run.grid_trials()
+    first = (study.tune.values[0], study.seeds[0])  # each arm's stage-2 config, checked up front
+    firsts = [run.seed_trial(arm, *first, i) for i, arm in enumerate(run.arms)]
+    print(plan(run, args.sweep, parallel, len(grid)))
+    if args.dry_run:
+        cli._list_trials(grid)
+    if not cli._trials_start([*grid, *firsts]):
+        return 2
+    if args.dry_run:
+        print(f"every stage-1 trial's config checked, and each arm's stage-2 config: "
+              f"{len(grid)} + {len(firsts)} would start")  # fmt: skip
+        return 0
+    cli.write_spec(out, config)
+    resume = f"resume: {cli.resume_command(argv if argv is not None else sys.argv[1:], out)}"
+    previous = signal.signal(signal.SIGTERM, cli._raise_interrupt)
+    try:
+        return _stages(run, args.sweep, parallel, groups, share, resume)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def plan(run: staged.StudyRun, source: str, parallel: int, grid: int) -> str:
+    """The plan printed before anything runs (and by --dry-run)."""
+    study, tune, primary = run.study, run.study.tune, run.study.primary
+    against = ", ".join(f"{k}={v}" for k, v in primary.baseline.items())
+    margin = f", equivalence margin {primary.margin}" if primary.margin is not None else ""
+    return (
+        f"study {run.config['name']} ({source}): {len(run.arms)} arms, {parallel} trial(s) at a "
+        f"time, out {run.out}\n"
+        f"  stage 1: {tune.key} over {list(tune.values)} x tuning seeds {list(tune.seeds)} per "
+        f"arm, chosen on {tune.metric} ({tune.goal}): {grid} trials, at most "
+        f"{run.upper_bound()} with extend={tune.extend} and refine={str(tune.refine).lower()}\n"
+        f"  stage 2: seeds {list(study.seeds)} at each arm's choice: "
+        f"{len(run.arms) * len(study.seeds)} trials\n"
+        f"  primary (named before the runs): {primary.metric}, {primary.test} test against "
+        f"{against}{margin}"
+    )
+
+
+def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: str) -> int:
+    tune, primary, out, name = run.study.tune, run.study.primary, run.out, run.config["name"]
+    choices, tuned, interrupted = run.stage_one(
+        lambda trials: staged.run_stage(trials, parallel, groups, tune.metric, share)
+    )
+    print()
+    print(write_summary(tuned, out / "tune", f"{name} stage 1", source, tune.metric, interrupted))
+    if interrupted:
+        print(resume)
+        return exit_code([Status.INTERRUPTED])
+    path = tuning.write_choice(out, tune, choices)
+    print(f"stage 1's choice: {path} (and choice.md)")
+    for c in choices:
+        arm = ", ".join(f"{k}={v}" for k, v in c.arm.items())
+        edge = f"  AT THE EDGE after {c.extended} extension(s)" if c.at_edge else ""
+        print(f"  {arm}: {tune.key}={c.chosen}{edge}")
+    bad = staged.unchosen(choices)
+    if bad:
+        arms = "; ".join(", ".join(f"{k}={v}" for k, v in c.arm.items()) for c in bad)
+        where = out / "tune" / "summary.md"
+        print(f"attnlab-sweep: error: no stage-1 point completed with {tune.metric} for {arms}: "
+              f"nothing to choose (see {where})", file=sys.stderr)  # fmt: skip
+        return exit_code([Status.FAILED])
+    run.write_seeds_spec()
+    trials = run.seed_trials(choices)
+    results = staged.run_stage(trials, parallel, groups, primary.metric, share)
+    interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)
+    print()
+    print(write_summary(results, out / "seeds", f"{name} stage 2", source, primary.metric,
+                        interrupted))  # fmt: skip
+    print(f"compare: attnlab-compare {out / 'seeds'}")
+    if interrupted:
+        print(resume)
+    return exit_code(
+        [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
+    )
