@@ -114,7 +114,7 @@ def _preflight_error(capsys, argv: list[str]) -> str:
     return err.strip()
 
 
-@pytest.mark.slow
+# not marked slow (0.3-0.5 s a case): the quick loop keeps one guard of the error messages
 @pytest.mark.parametrize(("override", "message"), BAD, ids=[b[0] for b in BAD])
 def test_bad_value_is_one_line_naming_the_key(capsys, override, message):
     assert message in _preflight_error(capsys, override.split(" "))  # one or more overrides
