@@ -255,3 +255,20 @@ def test_the_dry_run_prints_both_stages_and_the_primary_test(tmp_path, capsys):
     assert "stage 2: seeds [1, 2] at each arm's choice: 4 trials" in out
     assert "primary (named before the runs): test/score, welch test against arm=a" in out
     assert not (tmp_path / "o").exists()
+
+
+def test_a_categorical_choice_is_written_and_an_integer_grid_stays_integer(tmp_path):
+    """A key tuned over names (no refine or extend) writes its choice.md; an integer grid's
+    extension and midpoints are integers (warmup steps run as 400, not 400.0)."""
+    from attnlab.sweeps.tuning import write_choice
+
+    names = Tune("model.norm_position", ("pre", "post"), (1,), "val/nll_best", "minimize")
+    choice = choose(names, {"arm": "a"}, {"pre": _point(1.0), "post": _point(2.0)})
+    assert choice.chosen == "pre"
+    write_choice(tmp_path, names, [choice])
+    assert "| pre **chosen** |" in (tmp_path / "choice.md").read_text()
+    steps = _tune(values=(100, 200, 400), refine=True, extend=1)
+    beyond = plan_points(steps, {100: 3.0, 200: 2.0, 400: 1.0})
+    assert beyond == [800] and isinstance(beyond[0], int)
+    mids = plan_points(steps, {100: 3.0, 200: 2.0, 400: 1.0, 800: 1.5})
+    assert mids == [283, 566] and all(isinstance(m, int) for m in mids)

@@ -223,18 +223,24 @@ def _beyond(tune: Tune, side: str, k: int) -> float:
     v = tune.values
     if tune.geometric:
         step = v[1] / v[0] if side == "low" else v[-1] / v[-2]
-        return v[0] / step**k if side == "low" else v[-1] * step**k
+        return _whole(tune, v[0] / step**k if side == "low" else v[-1] * step**k)
     step = v[1] - v[0] if side == "low" else v[-1] - v[-2]
     return v[0] - k * step if side == "low" else v[-1] + k * step
 
 
 def _between(tune: Tune, a: float, b: float) -> float:
-    return math.sqrt(a * b) if tune.geometric else (a + b) / 2
+    mid = math.sqrt(a * b) if tune.geometric else (a + b) / 2
+    return _whole(tune, mid)
+
+
+def _whole(tune: Tune, x: float):
+    """A new point of an integer grid (warmup steps, a batch size) rounded to an integer."""
+    return round(x) if all(isinstance(v, int) for v in tune.values) else x
 
 
 def _key(x: float) -> float:
     """A value as points are compared (12 significant digits: 8e-3 * 2 and 1.6e-2 are one)."""
-    return float(f"{x:.12g}")
+    return x if isinstance(x, int) else float(f"{x:.12g}")
 
 
 def _best(points: Sequence, scores: Mapping, goal: str):
@@ -360,7 +366,8 @@ def choice_markdown(tune: Tune, choices: Sequence[Choice]) -> str:
             mark = " **chosen**" if p["value"] == c.chosen else ""
             s = "-" if p["score"] is None else f"{p['score']:.4g}"
             per = ", ".join("-" if v is None else f"{v:.4g}" for v in p["values"])
-            lines.append(f"| {p['value']:.4g}{mark} | {s} | {per} | {', '.join(p['statuses'])} |")
+            value = f"{p['value']:.4g}" if _is_number(p["value"]) else str(p["value"])
+            lines.append(f"| {value}{mark} | {s} | {per} | {', '.join(p['statuses'])} |")
         notes = []
         for name, gap in (("lower", c.margin_below), ("higher", c.margin_above)):
             shown = "-" if gap is None else f"{gap:.4g}"
