@@ -15,7 +15,6 @@ results give the same choice.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from attnlab.sweeps.tuning import (
     arm_grid,
     arm_keys,
     choose,
+    goal_of,
     plan_points,
     score,
 )
@@ -150,7 +150,7 @@ class StudyRun:
         spec = {
             "name": f"{self.config['name']}-seeds",
             "method": "grid",
-            "metric": {"name": primary.metric, "goal": _goal(primary.metric)},
+            "metric": {"name": primary.metric, "goal": goal_of(primary.metric)},
             "parameters": params,
             "baseline": dict(primary.baseline),
             "primary": {
@@ -163,17 +163,6 @@ class StudyRun:
         }
         (self.out / "seeds").mkdir(parents=True, exist_ok=True)
         (self.out / "seeds" / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-
-
-def _goal(metric: str) -> str:
-    from attnlab.sweeps.tuning import goal_of
-
-    return goal_of(metric)
-
-
-def choices_from_file(out: Path) -> list[dict]:
-    """The arms of out/choice.json (arm, chosen, ...)."""
-    return json.loads((out / "choice.json").read_text())["arms"]
 
 
 def unchosen(choices: Sequence[Choice]) -> list[Choice]:
