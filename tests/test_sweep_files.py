@@ -79,6 +79,10 @@ def test_every_sweep_names_an_unsmoothed_metric_and_three_seeds(path):
     assert spec["metric"]["name"] in UNSMOOTHED, "a smoothed val/loss biases the ranking"
     higher_is_better = any(m in spec["metric"]["name"] for m in ("bleu", "exact", "chrf"))
     assert spec["metric"]["goal"] == ("maximize" if higher_is_better else "minimize")
+    if "tune" in spec:  # a study: tuned on an unsmoothed validation metric, seeds in stage 2
+        assert spec["tune"]["metric"] in UNSMOOTHED
+        assert len(spec["seeds"]) >= FEWER_SEEDS.get(path.stem, 3)
+        return
     seeds = spec["parameters"]["seed"]
     assert len(seeds.get("values", [seeds.get("value")])) >= FEWER_SEEDS.get(path.stem, 3)
 
@@ -183,13 +187,22 @@ def test_heads_sweep_states_its_h_and_d_k_at_constant_compute(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["heads_lr", "heads_lr_high", "heads_rate", "heads_best", "heads_best_more"]
+    "name",
+    [
+        "heads_lr",
+        "heads_lr_high",
+        "heads_rate",
+        "heads_best",
+        "heads_best_more",
+        "heads_rate_study",
+    ],
 )
 def test_heads_rate_grids_run_the_heads_sweeps_recipe(name):
     """A rate grid's points join the heads sweep's (its seed-1 run at 2e-3 is each h's fourth
     rate): the commands may differ only in the run's group, tags and folder."""
 
-    grid = {k.lstrip("+") for k in _spec(REPO / "sweeps" / f"{name}.yaml")["parameters"]}
+    spec = _spec(REPO / "sweeps" / f"{name}.yaml")
+    grid = {k.lstrip("+") for k in spec["parameters"]} | {spec.get("tune", {}).get("key")}
 
     def recipe(stem: str) -> list[str]:
         command = _spec(REPO / "sweeps" / f"{stem}.yaml")["command"]

@@ -13,6 +13,7 @@ from types import ModuleType
 
 from attnlab.runs.status import Status, exit_code
 from attnlab.sweeps import staged, tuning
+from attnlab.sweeps.evaluate import evaluate_trials
 from attnlab.sweeps.spec import SweepError
 from attnlab.sweeps.summary import write_summary
 from attnlab.sweeps.tuning import Study
@@ -106,6 +107,11 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
     trials = run.seed_trials(choices)
     results = staged.run_stage(trials, parallel, groups, primary.metric, share)
     interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)
+    if run.study.evaluate is not None and not interrupted:
+        how = " ".join(run.study.evaluate.argv(out / "seeds" / "<trial>"))
+        print(f"evaluating stage 2's trials: attnlab-eval {how}")
+        for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel):
+            print(f"attnlab-sweep: error: {line}", file=sys.stderr)
     print()
     print(write_summary(results, out / "seeds", f"{name} stage 2", source, primary.metric,
                         interrupted))  # fmt: skip

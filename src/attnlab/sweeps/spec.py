@@ -48,7 +48,7 @@ _POSITIVE = ("log_uniform_values", "q_log_uniform_values", "inv_log_uniform_valu
 # attnlab.sweeps.tuning).
 TOP_LEVEL_KEYS = ("program", "entity", "project", "description", "name", "method", "metric",
                   "parameters", "early_terminate", "command", "run_cap", "job",
-                  "baseline", "arms", "tune", "seeds", "primary")  # fmt: skip
+                  "baseline", "arms", "tune", "seeds", "primary", "evaluate")  # fmt: skip
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
 _ENVVAR_MACRO = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")
 _SAFE_VALUE = re.compile(r"^[\w./+:-]+$")

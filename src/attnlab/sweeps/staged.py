@@ -36,7 +36,17 @@ from attnlab.sweeps.tuning import (
 )
 
 # The keys of the study file whose edit after the choice changes what the folder means.
-DEFINING = ("name", "method", "parameters", "command", "program", "tune", "seeds", "primary")
+DEFINING = (
+    "name",
+    "method",
+    "parameters",
+    "command",
+    "program",
+    "tune",
+    "seeds",
+    "primary",
+    "evaluate",
+)
 
 
 def refuse_edited_study(out: Path, config: dict) -> None:

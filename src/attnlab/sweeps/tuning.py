@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.sweeps.evaluate import Evaluate, check_primary, load_evaluate
 from attnlab.sweeps.spec import SweepError, swept_keys
 
 TESTS = ("welch", "paired")
@@ -73,6 +74,7 @@ class Study:
     tune: Tune
     seeds: tuple[int, ...]
     primary: Primary
+    evaluate: Evaluate | None = None  # attnlab-eval after each stage-2 trial
 
 
 def _is_number(v: Any) -> bool:
@@ -93,6 +95,9 @@ def load_study(config: Mapping, source: str) -> Study | None:
     line naming the key) for a bad block."""
     present = [k for k in STUDY_KEYS if k in config]
     if not present:
+        if "evaluate" in config:
+            raise SweepError(f"{source}: evaluate is a study's block; a study also needs "
+                             f"{', '.join(STUDY_KEYS)}")  # fmt: skip
         return None
     missing = [k for k in STUDY_KEYS if k not in config]
     if missing:
@@ -104,7 +109,10 @@ def load_study(config: Mapping, source: str) -> Study | None:
         raise SweepError(f"{source}: a study's arms are a grid: method must be 'grid'")
     tune = _tune(config["tune"], config, source)
     seeds = _seeds(config["seeds"], f"{source}: seeds")
-    return Study(tune=tune, seeds=seeds, primary=_primary(config["primary"], config, source))
+    primary = _primary(config["primary"], config, source)
+    evaluate = load_evaluate(config.get("evaluate"), source)
+    check_primary(primary.metric, evaluate, source)
+    return Study(tune=tune, seeds=seeds, primary=primary, evaluate=evaluate)
 
 
 def _tune(block: Any, config: Mapping, source: str) -> Tune:
