@@ -330,3 +330,38 @@ def test_an_interrupted_evaluation_exits_4_in_one_line_and_writes_nothing(run, c
     earlier.write_text("{}\n")
     write_atomic(earlier, '{"bleu": 1}\n')
     assert earlier.read_text() == '{"bleu": 1}\n' and not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.slow
+def test_a_studys_evaluate_block_runs_attnlab_eval_and_reads_the_primary_metric(run, capsys):
+    """A study's `evaluate: {last: 2, beam_size: 2, length_penalty: 0.6}` on a completed
+    stage-2 trial: attnlab-eval's averaged checkpoints and beam, written to
+    <trial>/eval/<name>.json (compare's eval/<name>/<score>), the trial's metric read from it;
+    a trial already evaluated is not evaluated again, one not completed never."""
+    from types import SimpleNamespace
+
+    from attnlab.analysis.runs import eval_metrics
+    from attnlab.sweeps.evaluate import evaluate_trials, load_evaluate
+
+    block = load_evaluate({"last": 2, "beam_size": 2, "length_penalty": 0.6}, "study.yaml")
+    assert block.label == "test-avg2-beam2_lp0.6"
+    calls = []
+
+    def in_process(argv, log):  # attnlab-eval's main, as its own process would run it
+        calls.append(argv)
+        main(argv)
+        return 0
+
+    trial = SimpleNamespace(run_dir=run["run_dir"], label="arm-seed_1")
+    done = SimpleNamespace(trial=trial, status="completed", metric=None)
+    failed = SimpleNamespace(trial=SimpleNamespace(run_dir=None), status="failed", metric=None)
+    metric = "eval/test-avg2-beam2_lp0.6/bleu"
+    assert evaluate_trials(block, [done, failed], metric, parallel=1, call=in_process) == []
+    written = json.loads((run["run_dir"] / "eval" / f"{block.label}.json").read_text())
+    assert [Path(p).name for p in written["checkpoints"]] == ["step=3.ckpt", "step=6.ckpt"]
+    assert written["decode"]["beam_size"] == 2 and done.metric == written["bleu"]
+    assert eval_metrics(run["run_dir"])[metric] == written["bleu"]
+    capsys.readouterr()
+    done.metric = None
+    assert evaluate_trials(block, [done], metric, parallel=1, call=in_process) == []
+    assert len(calls) == 1 and done.metric == written["bleu"]  # read, not run again

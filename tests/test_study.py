@@ -16,13 +16,14 @@ import pytest
 import yaml
 
 from attnlab.cli import sweep
-from attnlab.sweeps.tuning import Tune, _key, choose, plan_points, score
+from attnlab.sweeps.tuning import Tune, _key, choose, grid_scale, plan_points, score
 
 FAKE = Path(__file__).resolve().parent / "fixtures" / "fake_study_trial.py"
 
 
 def _tune(values=(1e-3, 4e-3, 1.6e-2), refine=True, extend=2, goal="minimize", seeds=(1,)):
-    return Tune("lr", tuple(values), tuple(seeds), "val/nll_best", goal, refine, extend)
+    scale = grid_scale(values) if all(isinstance(v, int | float) for v in values) else ""
+    return Tune("lr", tuple(values), tuple(seeds), "val/nll_best", goal, refine, extend, scale)
 
 
 def _scores(f, points):
@@ -147,9 +148,14 @@ def _edited(**changes) -> dict:
         ({"seeds": None}, "a study needs tune, seeds, primary; seeds is missing"),
         ({"parameters__seed": {"values": [1, 2]}}, "parameters.seed: a study's seeds are"),
         ({"tunes": {"key": "lr"}}, "key 'tunes' is not a sweep key (did you mean 'tune'?)"),
+        ({"tune__values": [1.0000001e-3, 1.0000002e-3]}, "tune.values has two values with one"),
+        ({"tune__scale": "log2"}, "tune.scale='log2'; expected log or linear"),
+        ({"primary__metric": "eval/beam/bleu"}, "primary.metric=eval/beam/bleu is attnlab-eval's"),
+        ({"evaluate": {"beam": 4}}, "evaluate.beam is not a key of evaluate; expected: last,"),
     ],
     ids=["tuned-is-arm", "test-metric", "empty-grid", "refine-categorical", "baseline-value",
-         "baseline-key", "test-name", "tune-typo", "no-seeds", "seed-arm", "top-level-typo"],
+         "baseline-key", "test-name", "tune-typo", "no-seeds", "seed-arm", "top-level-typo",
+         "label-collision", "scale", "eval-metric-no-block", "evaluate-typo"],
 )  # fmt: skip
 def test_a_bad_study_file_is_one_line_naming_the_key_and_writes_nothing(
     tmp_path, capsys, changes, message
@@ -218,6 +224,15 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     compare_spec = yaml.safe_load((calm / "seeds" / "sweep.yaml").read_text())
     assert compare_spec["primary"] == STUDY["primary"]
     assert compare_spec["baseline"] == {"arm": "a"}
+    # seed 1 is also the tuning seed: at the chosen value stage 1 ran that very config, so it
+    # is reused (hard-linked, reused.json says whence), not trained again; seed 2 is new
+    reused = ["arm_a-seed_1", "arm_b-seed_1"]
+    assert compare_spec["reused_from_stage_1"] == reused
+    assert "stage 2 reuses 2 stage-1 run(s)" in done.stdout
+    note = json.loads((calm / "seeds" / "arm_a-seed_1" / "reused.json").read_text())
+    assert note["reused_from"] == "tune/arm_a-lr_0.004-seed_1"
+    assert os.path.samefile(calm / "seeds/arm_a-seed_1/results.json",
+                            calm / "tune/arm_a-lr_0.004-seed_1/results.json")  # fmt: skip
 
     # The same study, killed in stage 1 (its 4th trial) and in stage 2 (its 2nd)
     crashed, kill = tmp_path / "crashed", tmp_path / "kill.json"
@@ -225,8 +240,9 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     # the 4th start; then the rerun restarts that one and the rest of stage 1 (stage_one - 3),
     # and its 2nd stage-2 trial is start stage_one + 3
     kill.write_text(json.dumps({"started": 0, "at": [4, stage_one + 3]}))
-    codes = [_run(path, crashed, kill).returncode for _ in range(3)]
-    assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0], codes
+    runs = [_run(path, crashed, kill) for _ in range(3)]
+    assert [r.returncode for r in runs] == [-signal.SIGKILL, -signal.SIGKILL, 0], runs[-1].stderr
+    assert "stage 1 was decided by an earlier run of this study" in runs[2].stdout  # not rerun
     again = _outcome(crashed)
     assert again["choice"] == [
         {**c, "points": [{**p, "trials": p["trials"]} for p in c["points"]]}
@@ -260,7 +276,7 @@ def test_the_dry_run_prints_both_stages_and_the_primary_test(tmp_path, capsys):
 def test_a_categorical_choice_is_written_and_an_integer_grid_stays_integer(tmp_path):
     """A key tuned over names (no refine or extend) writes its choice.md; an integer grid's
     extension and midpoints are integers (warmup steps run as 400, not 400.0)."""
-    from attnlab.sweeps.tuning import write_choice
+    from attnlab.sweeps.choice import write_choice
 
     names = Tune("model.norm_position", ("pre", "post"), (1,), "val/nll_best", "minimize")
     choice = choose(names, {"arm": "a"}, {"pre": _point(1.0), "post": _point(2.0)})
@@ -272,3 +288,47 @@ def test_a_categorical_choice_is_written_and_an_integer_grid_stays_integer(tmp_p
     assert beyond == [800] and isinstance(beyond[0], int)
     mids = plan_points(steps, {100: 3.0, 200: 2.0, 400: 1.0, 800: 1.5})
     assert mids == [283, 566] and all(isinstance(m, int) for m in mids)
+
+
+def test_a_grids_scale_is_what_its_steps_are_and_a_linear_one_stops_at_zero():
+    """Positive values are not enough to call a grid geometric: 100, 200, 300, 400 steps
+    linearly (extension 500, midpoint 250), 1e-3, 2e-3, 4e-3 by a factor; a linear grid of
+    values >= 0 is not extended below 0 (warmup steps of -100 are no point)."""
+    assert grid_scale([100, 200, 300, 400]) == "linear"
+    assert grid_scale([1e-3, 2e-3, 4e-3]) == "log" and grid_scale([0, 0.1, 0.2]) == "linear"
+    warm = _tune(values=(100, 200, 300, 400), refine=True, extend=2)
+    assert warm.scale == "linear"
+    assert plan_points(warm, {100: 4.0, 200: 3.0, 300: 2.0, 400: 1.0}) == [500]
+    assert plan_points(warm, {100: 4.0, 200: 3.0, 300: 2.0, 400: 1.5, 500: 1.0, 600: 1.2}) == [
+        450,
+        550,
+    ]
+    low = _tune(values=(0, 100, 200), refine=False, extend=2)
+    assert plan_points(low, {0: 1.0, 100: 2.0, 200: 3.0}) == []  # best at 0: nothing below it
+    # new float points are run rounded (a folder and an override of 2.828e-3, not 2.8284271e-3)
+    rates = _tune(values=(4e-3, 8e-3), refine=False, extend=1)
+    assert plan_points(rates, {_key(4e-3): 1.0, _key(8e-3): 2.0}) == [2e-3]
+    sqrt2 = _tune(values=(4e-3, 5.66e-3), refine=False, extend=1)
+    assert plan_points(sqrt2, {_key(4e-3): 1.0, _key(5.66e-3): 2.0}) == [2.827e-3]
+
+
+def test_a_categorical_tie_goes_to_the_files_first_value():
+    names = Tune("model.norm_position", ("post", "pre"), (1,), "val/nll_best", "minimize")
+    choice = choose(names, {}, {"pre": _point(1.0), "post": _point(1.0)})
+    assert choice.chosen == "post"  # the file's order, not the alphabet's
+
+
+def test_the_study_file_is_held_as_edited_until_the_choice_then_refused_if_edited(tmp_path):
+    from attnlab.sweeps.spec import SweepError
+    from attnlab.sweeps.staged import refuse_edited_study, write_study_spec
+
+    edited = _edited(tune__values=[1.0e-3, 4.0e-3])
+    write_study_spec(tmp_path, STUDY)
+    refuse_edited_study(tmp_path, edited)  # no choice yet: the edit is the study's
+    write_study_spec(tmp_path, edited)
+    assert yaml.safe_load((tmp_path / "sweep.yaml").read_text()) == edited
+    (tmp_path / "choice.json").write_text("{}")
+    write_study_spec(tmp_path, STUDY)  # kept once the choice is made
+    assert yaml.safe_load((tmp_path / "sweep.yaml").read_text()) == edited
+    with pytest.raises(SweepError, match="differs in tune"):
+        refuse_edited_study(tmp_path, STUDY)

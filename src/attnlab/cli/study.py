@@ -13,6 +13,7 @@ from types import ModuleType
 
 from attnlab.runs.status import Status, exit_code
 from attnlab.sweeps import staged, tuning
+from attnlab.sweeps.choice import read_choice, write_choice
 from attnlab.sweeps.evaluate import evaluate_trials
 from attnlab.sweeps.spec import SweepError
 from attnlab.sweeps.summary import write_summary
@@ -47,13 +48,17 @@ def run_study(
     print(plan(run, args.sweep, parallel, len(grid)))
     if args.dry_run:
         cli._list_trials(grid)
-    if not cli._trials_start([*grid, *firsts]):
+    edges = run.edge_trials()
+    if not cli._trials_start([*grid, *edges, *firsts]):
         return 2
     if args.dry_run:
-        print(f"every stage-1 trial's config checked, and each arm's stage-2 config: "
-              f"{len(grid)} + {len(firsts)} would start")  # fmt: skip
+        print(f"checked: the config of every grid trial ({len(grid)}), of each point extension "
+              f"can add ({len(edges)}: {tuning.extension_points(study.tune)} per arm), and each "
+              f"arm's stage-2 config ({len(firsts)}, at {study.tune.values[0]}; the chosen value "
+              "differs only in the tuned key); refine's midpoints lie between checked points"
+        )  # fmt: skip
         return 0
-    cli.write_spec(out, config)
+    staged.write_study_spec(out, config)
     resume = f"resume: {cli.resume_command(argv if argv is not None else sys.argv[1:], out)}"
     previous = signal.signal(signal.SIGTERM, cli._raise_interrupt)
     try:
@@ -80,18 +85,32 @@ def plan(run: staged.StudyRun, source: str, parallel: int, grid: int) -> str:
     )
 
 
-def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: str) -> int:
-    tune, primary, out, name = run.study.tune, run.study.primary, run.out, run.config["name"]
+def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
+    """Stage 1 (the choices, or None when interrupted); its choice.json when a run of this
+    study made it before (stage 1 is not entered again: the same choice, nothing rerun)."""
+    tune, out, name = run.study.tune, run.out, run.config["name"]
+    held = read_choice(out, run.arms)
+    if held is not None:
+        print(f"stage 1 was decided by an earlier run of this study: {out / 'choice.json'}")
+        return held
     choices, tuned, interrupted = run.stage_one(
         lambda trials: staged.run_stage(trials, parallel, groups, tune.metric, share)
     )
     print()
     print(write_summary(tuned, out / "tune", f"{name} stage 1", source, tune.metric, interrupted))
     if interrupted:
+        return None
+    path = write_choice(out, tune, choices)
+    print(f"stage 1's choice: {path} (and choice.md)")
+    return choices
+
+
+def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: str) -> int:
+    tune, primary, out, name = run.study.tune, run.study.primary, run.out, run.config["name"]
+    choices = _stage_one(run, source, parallel, groups, share)
+    if choices is None:
         print(resume)
         return exit_code([Status.INTERRUPTED])
-    path = tuning.write_choice(out, tune, choices)
-    print(f"stage 1's choice: {path} (and choice.md)")
     for c in choices:
         arm = ", ".join(f"{k}={v}" for k, v in c.arm.items())
         edge = f"  AT THE EDGE after {c.extended} extension(s)" if c.at_edge else ""
@@ -103,7 +122,11 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
         print(f"attnlab-sweep: error: no stage-1 point completed with {tune.metric} for {arms}: "
               f"nothing to choose (see {where})", file=sys.stderr)  # fmt: skip
         return exit_code([Status.FAILED])
-    run.write_seeds_spec()
+    adopted = run.adopt(choices)
+    if adopted:
+        print(f"stage 2 reuses {len(adopted)} stage-1 run(s), the same config and seed at the "
+              f"chosen value (each with a reused.json): {', '.join(adopted)}")  # fmt: skip
+    run.write_seeds_spec(adopted)
     trials = run.seed_trials(choices)
     results = staged.run_stage(trials, parallel, groups, primary.metric, share)
     interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)

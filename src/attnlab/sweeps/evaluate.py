@@ -17,10 +17,9 @@ kill evaluates only what is missing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,33 +111,43 @@ def check_primary(metric: str, evaluate: Evaluate | None, source: str) -> None:
 
 
 def evaluate_trials(
-    evaluate: Evaluate, results: Sequence, metric: str, parallel: int, env: Mapping | None = None
+    evaluate: Evaluate, results: Sequence, metric: str, parallel: int, call: Callable | None = None
 ) -> list[str]:
     """attnlab-eval on every completed trial of `results` whose evaluation is not written yet,
-    `parallel` at a time; each result's metric then read from its evaluation. The trials whose
-    evaluation failed (their log: <trial>/eval/<name>.log), as lines to print."""
+    `parallel` at a time (`call(argv, log file) -> exit code`; default: its own process); each
+    result's metric then read from its evaluation. The trials whose evaluation failed (their
+    log: <trial>/eval/<name>.log), as lines to print."""
+    call = call or _process
     todo = [r for r in results if r.status == "completed" and not _json(evaluate, r).is_file()]
 
     def one(result) -> str | None:
-        run_dir = result.trial.run_dir
-        log = run_dir / "eval" / f"{evaluate.label}.log"
+        log = result.trial.run_dir / "eval" / f"{evaluate.label}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "attnlab.cli.eval", *evaluate.argv(run_dir)]
-        with open(log, "w") as fh:
-            fh.write("$ " + " ".join(cmd) + "\n")
-            fh.flush()
-            code = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                   env={**os.environ, **(env or {})})  # fmt: skip
+        code = call(evaluate.argv(result.trial.run_dir), log)
         return None if code == 0 else f"{result.trial.label}: attnlab-eval exit {code} ({log})"
 
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        failed = [line for line in pool.map(one, todo) if line]
+    if parallel <= 1:  # here (attnlab-eval's own signal handling needs the main thread)
+        failed = [line for line in map(one, todo) if line]
+    else:
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            failed = [line for line in pool.map(one, todo) if line]
     score = metric.rsplit("/", 1)[-1]
     for r in results:
-        if metric.startswith(f"eval/{evaluate.label}/") and _json(evaluate, r).is_file():
+        if not metric.startswith(f"eval/{evaluate.label}/") or r.trial.run_dir is None:
+            continue
+        if _json(evaluate, r).is_file():
             value = json.loads(_json(evaluate, r).read_text()).get(score)
             r.metric = float(value) if isinstance(value, (int, float)) else None
     return failed
+
+
+def _process(argv: list[str], log: Path) -> int:
+    """attnlab-eval in a process of its own, its output in `log`."""
+    cmd = [sys.executable, "-m", "attnlab.cli.eval", *argv]
+    with open(log, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        return subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT)
 
 
 def _json(evaluate: Evaluate, result) -> Path:

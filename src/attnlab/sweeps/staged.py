@@ -15,6 +15,9 @@ results give the same choice.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -30,11 +33,17 @@ from attnlab.sweeps.tuning import (
     arm_grid,
     arm_keys,
     choose,
+    extension_points,
     goal_of,
     plan_points,
     score,
+    value_label,
 )
 
+REUSE_NOTE = (
+    "stage 2's seed is one of stage 1's tuning seeds: at the chosen value this run is the stage-1 "
+    "run of the same config and seed (chosen on its validation metric), reused, not retrained"
+)
 # The keys of the study file whose edit after the choice changes what the folder means.
 DEFINING = (
     "name",
@@ -63,8 +72,14 @@ def refuse_edited_study(out: Path, config: dict) -> None:
         )
 
 
-def _value_label(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+def write_study_spec(out: Path, config: dict) -> None:
+    """<out>/sweep.yaml: the study file as run; rewritten until the choice is made (an edit
+    before it is the study's), kept after (an edit then is refused: refuse_edited_study)."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "choice.json").is_file():
+        tmp = out / "sweep.yaml.tmp"
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+        tmp.replace(out / "sweep.yaml")
 
 
 class StudyRun:
@@ -82,7 +97,7 @@ class StudyRun:
         tune = self.study.tune
         params = {**arm, tune.key: value, "seed": seed}
         short = tune.key.rsplit(".", 1)[-1]
-        label = f"{self.arm_slug(arm)}-{short}_{_value_label(value)}-seed_{seed}"
+        label = f"{self.arm_slug(arm)}-{short}_{value_label(value)}-seed_{seed}"
         return make_trial(self.config, params, index, self.config["name"], list(params),
                           self.extra, self.out / "tune", label=label)  # fmt: skip
 
@@ -100,6 +115,13 @@ class StudyRun:
                 for seed in tune.seeds:
                     trials.append(self.tune_trial(arm, value, seed, len(trials)))
         return trials
+
+    def edge_trials(self) -> list[Trial]:
+        """The trials extension may add (each arm, the first tuning seed): checked up front."""
+        seed = self.study.tune.seeds[0]
+        points = extension_points(self.study.tune)
+        return [self.tune_trial(arm, v, seed, i) for i, (arm, v) in
+                enumerate((a, v) for a in self.arms for v in points)]  # fmt: skip
 
     def upper_bound(self) -> int:
         """Stage 1's most trials: the grid, `extend` beyond each edge and two midpoints."""
@@ -151,7 +173,39 @@ class StudyRun:
                 trials.append(self.seed_trial(choice.arm, choice.chosen, seed, len(trials)))
         return trials
 
-    def write_seeds_spec(self) -> None:
+    def reused(self, choices: Sequence[Choice]) -> list[tuple[Trial, Trial]]:
+        """(stage-1 trial, stage-2 trial) for each stage-2 seed that is also a tuning seed:
+        at the chosen value the two are the same config and seed, so the same run."""
+        pairs = []
+        for choice in choices:
+            for seed in self.study.seeds:
+                if seed in self.study.tune.seeds:
+                    pairs.append((self.tune_trial(choice.arm, choice.chosen, seed, 0),
+                                  self.seed_trial(choice.arm, choice.chosen, seed, 0)))  # fmt: skip
+        return pairs
+
+    def adopt(self, choices: Sequence[Choice]) -> list[str]:
+        """Link each stage-1 run that is also a stage-2 seed into seeds/ (hard links: no copy
+        of its checkpoints), with reused.json naming where it ran, so that stage 2 keeps it as
+        completed instead of training it again. The labels adopted, for the report."""
+        adopted = []
+        for tuned, seeded in self.reused(choices):
+            src, dst = tuned.run_dir, seeded.run_dir
+            if (dst / "reused.json").is_file():
+                adopted.append(seeded.label)
+                continue
+            if dst.exists() or not (src / "results.json").is_file():
+                continue  # stage 2 ran (or runs) it itself; a stage-1 run that did not complete
+            tmp = dst.with_name(dst.name + ".adopting")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp, copy_function=os.link)
+            note = {"reused_from": f"tune/{tuned.label}", "why": REUSE_NOTE}
+            (tmp / "reused.json").write_text(json.dumps(note, indent=2) + "\n")
+            tmp.replace(dst)
+            adopted.append(seeded.label)
+        return adopted
+
+    def write_seeds_spec(self, reused: Sequence[str] = ()) -> None:
         """out/seeds/sweep.yaml: what attnlab-compare reads of stage 2 (the arms and seeds as
         parameters, the primary metric, the baseline arm, the pre-registered test)."""
         primary = self.study.primary
@@ -170,6 +224,7 @@ class StudyRun:
                 **({"margin": primary.margin} if primary.margin is not None else {}),
             },
             "tuned": {"key": self.study.tune.key, "choice": str(self.out / "choice.json")},
+            "reused_from_stage_1": list(reused),
         }
         (self.out / "seeds").mkdir(parents=True, exist_ok=True)
         (self.out / "seeds" / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))

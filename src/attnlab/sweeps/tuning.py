@@ -12,7 +12,8 @@ run at each arm's chosen value; `primary` is the confirmatory comparison, named 
       values: [4.0e-3, 8.0e-3, 1.6e-2]
       seeds: [1]              # the tuning seeds: the mean over them decides
       metric: val/nll_best    # a validation metric; its direction from `goal` or the name
-      refine: true            # then the geometric midpoints beside the best
+      refine: true            # then the midpoints beside the best
+      scale: log              # log (geometric steps) or linear; default: what the grid is
       extend: 2               # a best at the grid's edge: up to 2 more points beyond it
     seeds: [1, 2, 3, 4, 5]
     primary: {metric: test/bleu, baseline: {model.n_heads: 8}, test: welch}
@@ -26,13 +27,13 @@ rules are pure functions here (plan_points, choose); attnlab.cli.sweep runs the 
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
+from attnlab.sweeps.choice import Choice
 from attnlab.sweeps.evaluate import Evaluate, check_primary, load_evaluate
 from attnlab.sweeps.spec import SweepError, swept_keys
 
@@ -51,6 +52,7 @@ class Tune:
     goal: str = "minimize"
     refine: bool = False
     extend: int = 0
+    scale: str = ""  # "log" or "linear"; "" for a categorical key
 
     @property
     def numeric(self) -> bool:
@@ -58,7 +60,25 @@ class Tune:
 
     @property
     def geometric(self) -> bool:
-        return self.numeric and all(v > 0 for v in self.values)
+        return self.scale == "log"
+
+
+def grid_scale(values: Sequence[float]) -> str:
+    """A numeric grid's scale when the file does not say: log when every value is positive and
+    its successive ratios are more even than its successive differences (1e-3, 2e-3, 4e-3),
+    else linear (100, 200, 300, 400; or any grid holding 0 or a negative value)."""
+    v = sorted(values)
+    if len(v) < 2 or v[0] <= 0:
+        return "linear"
+    if len(v) == 2:
+        return "log"
+
+    def spread(xs: list[float]) -> float:
+        return (max(xs) - min(xs)) / max(xs)
+
+    ratios = [b / a for a, b in zip(v, v[1:], strict=False)]
+    diffs = [b - a for a, b in zip(v, v[1:], strict=False)]
+    return "log" if spread(ratios) <= spread(diffs) else "linear"
 
 
 @dataclass(frozen=True)
@@ -119,7 +139,7 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
     where = f"{source}: tune"
     if not isinstance(block, dict):
         raise SweepError(f"{where} must be a mapping with key, values, seeds, metric")
-    known = ("key", "values", "seeds", "metric", "goal", "refine", "extend")
+    known = ("key", "values", "seeds", "metric", "goal", "refine", "extend", "scale")
     for k in block:
         if k not in known:
             raise SweepError(f"{where}.{k} is not a key of tune; expected: {', '.join(known)}")
@@ -165,7 +185,24 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
         raise SweepError(f"{where}.goal={goal!r}; expected minimize or maximize")
     seeds = _seeds(block.get("seeds", [1]), f"{where}.seeds")
     ordered = tuple(sorted(values)) if numeric else tuple(values)
-    return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend)
+    scale = block.get("scale", grid_scale(values) if numeric else "")
+    if numeric and scale not in ("log", "linear"):
+        raise SweepError(f"{where}.scale={scale!r}; expected log or linear")
+    if not numeric and "scale" in block:
+        raise SweepError(f"{where}.scale needs numbers in tune.values (got {values})")
+    if scale == "log" and min(values) <= 0:
+        raise SweepError(f"{where}.scale=log needs positive values (got {values})")
+    labels = [value_label(v) for v in values]
+    if len(set(labels)) != len(labels):
+        raise SweepError(f"{where}.values has two values with one folder name: {labels}")
+    return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend, scale)
+
+
+def value_label(value: Any) -> str:
+    """A tuned value as it names a trial's folder (6 significant digits; text made safe)."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return re.sub(r"[^\w.+-]", "_", str(value))
 
 
 def _seeds(value: Any, where: str) -> tuple[int, ...]:
@@ -233,7 +270,7 @@ def _beyond(tune: Tune, side: str, k: int) -> float:
         step = v[1] / v[0] if side == "low" else v[-1] / v[-2]
         return _whole(tune, v[0] / step**k if side == "low" else v[-1] * step**k)
     step = v[1] - v[0] if side == "low" else v[-1] - v[-2]
-    return v[0] - k * step if side == "low" else v[-1] + k * step
+    return _whole(tune, v[0] - k * step if side == "low" else v[-1] + k * step)
 
 
 def _between(tune: Tune, a: float, b: float) -> float:
@@ -242,8 +279,16 @@ def _between(tune: Tune, a: float, b: float) -> float:
 
 
 def _whole(tune: Tune, x: float):
-    """A new point of an integer grid (warmup steps, a batch size) rounded to an integer."""
-    return round(x) if all(isinstance(v, int) for v in tune.values) else x
+    """A new point as it is run: an integer grid's (warmup steps, a batch size) rounded to an
+    integer, a float's to 4 significant digits (a rate of 2.828e-3, not 2.8284271247e-3)."""
+    if all(isinstance(v, int) for v in tune.values):
+        return round(x)
+    return float(f"{x:.4g}")
+
+
+def _allowed(tune: Tune, x: float) -> bool:
+    """A linear grid of values >= 0 (warmup steps, dropout) is not extended below 0."""
+    return tune.geometric or min(tune.values) < 0 or x >= 0
 
 
 def _key(x: float) -> float:
@@ -252,12 +297,16 @@ def _key(x: float) -> float:
 
 
 def _best(points: Sequence, scores: Mapping, goal: str):
-    """The best point by its score (None: no score, it cannot win); ties: the lowest value."""
+    """The best point by its score (None: no score, it cannot win); ties: the first of
+    `points` (the lowest value of a numeric grid, the file's first of a categorical one)."""
     scored = [p for p in points if scores.get(_key(p) if _is_number(p) else p) is not None]
     if not scored:
         return None
     sign = 1 if goal == "minimize" else -1
-    return min(scored, key=lambda p: (sign * scores[_key(p) if _is_number(p) else p], p))
+    order = {repr(p): i for i, p in enumerate(points)}
+    return min(
+        scored, key=lambda p: (sign * scores[_key(p) if _is_number(p) else p], order[repr(p)])
+    )
 
 
 def plan_points(tune: Tune, scores: Mapping) -> list:
@@ -280,13 +329,21 @@ def plan_points(tune: Tune, scores: Mapping) -> list:
         return []
     for side, edge in (("low", coarse[0]), ("high", coarse[-1])):
         used = sum(_key(_beyond(tune, side, k)) in scores for k in range(1, tune.extend + 1))
-        if best == edge and used < tune.extend:
+        if best == edge and used < tune.extend and _allowed(tune, _beyond(tune, side, used + 1)):
             return [_beyond(tune, side, used + 1)]
     if not tune.refine:
         return []
     i = coarse.index(best)
     mids = [_between(tune, best, coarse[j]) for j in (i - 1, i + 1) if 0 <= j < len(coarse)]
     return [m for m in mids if _key(m) not in scores]
+
+
+def extension_points(tune: Tune) -> list:
+    """Every point `extend` can add beyond either edge (the dry run checks their configs)."""
+    if not tune.numeric:
+        return []
+    points = [_beyond(tune, side, k) for side in ("low", "high") for k in range(1, tune.extend + 1)]
+    return [p for p in points if _allowed(tune, p)]
 
 
 def _extensions(tune: Tune, scores: Mapping) -> list[float]:
@@ -296,23 +353,6 @@ def _extensions(tune: Tune, scores: Mapping) -> list[float]:
         for k in range(1, tune.extend + 1)
         if _key(_beyond(tune, side, k)) in scores
     ]
-
-
-@dataclass
-class Choice:
-    """One arm's stage-1 outcome (what choice.json holds for it)."""
-
-    arm: dict
-    key: str
-    metric: str
-    goal: str
-    points: list[dict] = field(default_factory=list)  # value, score, per-seed values, statuses
-    chosen: Any = None
-    margin_below: float | None = None  # the chosen point's score gap to its lower neighbour
-    margin_above: float | None = None
-    at_edge: bool = False  # still at the edge of every point run (after any extension)
-    extended: int = 0
-    refined: bool = False
 
 
 def choose(tune: Tune, arm: Mapping, points: Mapping) -> Choice:
@@ -345,45 +385,6 @@ def score(values: Sequence[float | None]) -> float | None:
     if not values or any(v is None or not math.isfinite(v) for v in values):
         return None
     return sum(values) / len(values)
-
-
-def write_choice(out: Path, tune: Tune, choices: Sequence[Choice]) -> Path:
-    """<out>/choice.json and choice.md: each arm's points, scores and chosen value."""
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"tune": asdict(tune), "arms": [asdict(c) for c in choices]}
-    path = out / "choice.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=list) + "\n")
-    tmp.replace(path)
-    (out / "choice.md").write_text(choice_markdown(tune, choices))
-    return path
-
-
-def choice_markdown(tune: Tune, choices: Sequence[Choice]) -> str:
-    seeds = ", ".join(map(str, tune.seeds))
-    lines = [
-        f"# Stage 1: {tune.key} chosen per arm on {tune.metric} ({tune.goal}, mean over "
-        f"tuning seed{'s' * (len(tune.seeds) > 1)} {seeds})",
-        "",
-    ]
-    for c in choices:
-        arm = ", ".join(f"{k}={v}" for k, v in c.arm.items())
-        lines += [f"## {arm}", "", f"| {tune.key} | {tune.metric} | per seed | status |"]
-        lines.append("|---|---|---|---|")
-        for p in c.points:
-            mark = " **chosen**" if p["value"] == c.chosen else ""
-            s = "-" if p["score"] is None else f"{p['score']:.4g}"
-            per = ", ".join("-" if v is None else f"{v:.4g}" for v in p["values"])
-            value = f"{p['value']:.4g}" if _is_number(p["value"]) else str(p["value"])
-            lines.append(f"| {value}{mark} | {s} | {per} | {', '.join(p['statuses'])} |")
-        notes = []
-        for name, gap in (("lower", c.margin_below), ("higher", c.margin_above)):
-            shown = "-" if gap is None else f"{gap:.4g}"
-            notes.append(f"margin to the {name} neighbour: {shown}")
-        if c.at_edge:
-            notes.append(f"AT THE EDGE after {c.extended} extension(s): the best may lie beyond")
-        lines += ["", "; ".join(notes), ""]
-    return "\n".join(lines)
 
 
 def arm_grid(config: Mapping) -> list[dict]:
