@@ -5,6 +5,7 @@ each arm's choice. The rules as unit tests; the two stages end to end with a sta
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -233,6 +234,20 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     assert note["reused_from"] == "tune/arm_a-lr_0.004-seed_1"
     assert os.path.samefile(calm / "seeds/arm_a-seed_1/results.json",
                             calm / "tune/arm_a-lr_0.004-seed_1/results.json")  # fmt: skip
+
+    # attnlab-compare reads the folder as a study: stage 1's curves and choices, the primary
+    # comparison as the file named it (confirmatory), every other metric exploratory
+    from attnlab.cli import compare
+
+    assert compare.main([str(calm), "--out", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "study.md").read_text()
+    assert "test/score, confirmatory (named in the study file before the runs)" in md
+    assert "### test/other, exploratory" in md and "| arm=a | 0.004 |" in md
+    assert "stage 2 reuses stage 1's runs of the same config and seed" in md
+    roles = {r[0] + " " + r[1] for r in csv.reader(open(tmp_path / "report" / "study.csv"))}
+    assert roles == {"role metric", "confirmatory test/score", "exploratory test/other"}
+    assert (tmp_path / "report" / "tuning.png").stat().st_size > 0
+    assert compare.main([str(calm), "--metric", "test/other"]) == 2  # not its primary
 
     # The same study, killed in stage 1 (its 4th trial) and in stage 2 (its 2nd)
     crashed, kill = tmp_path / "crashed", tmp_path / "kill.json"

@@ -1,9 +1,11 @@
 """runs.csv: one row per run, the compact and recomputable form of a comparison.
 
 Columns: the config keys the runs were grouped by, then `seed`, `status`, `wall_time_s`,
-`git_commit` (the commit each run came from; absent from tables written before it was kept), then
-every metric (test/*, val/*, eval/<name>/<score>, length/<L>/<metric>). attnlab-compare writes it
-beside comparison.csv and reads a PATH ending in .csv back as runs, so a report's tables can be
+`git_commit` (the commit each run came from; absent from tables written before it was kept),
+`machine` (its CPU, cores, GPUs and torch: attnlab.runs.record.machine_label; "not recorded" for
+runs made before results.json held it; absent from older tables), then every metric (test/*,
+val/*, eval/<name>/<score>, length/<L>/<metric>). attnlab-compare writes it beside
+comparison.csv and reads a PATH ending in .csv back as runs, so a report's tables can be
 regenerated from a file in the repository (docs/results/) without the run directories.
 """
 
@@ -22,6 +24,7 @@ from attnlab.runs.status import Status
 
 FIXED = ("seed", "status", "wall_time_s")
 COMMIT = "git_commit"  # after FIXED; optional when read
+MACHINE = "machine"  # after COMMIT; optional when read
 
 
 def table_metrics(runs: Sequence[Run]) -> list[str]:
@@ -35,11 +38,12 @@ def write_runs_csv(path: Path, groups: Sequence[Group], keys: Sequence[str]) -> 
     metrics = table_metrics(runs)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([*keys, *FIXED, COMMIT, *metrics])
+        writer.writerow([*keys, *FIXED, COMMIT, MACHINE, *metrics])
         for g in groups:
             for r in sorted(g.runs, key=lambda r: sort_key(r.seed)):
                 row = [fmt_value(g.values[k]) for k in keys]
                 row += [fmt_value(r.seed), r.status, _number(r.wall_time_s), r.git_commit or ""]
+                row += [r.machine]
                 row += [_number(r.metrics.get(m)) for m in metrics]
                 writer.writerow(row)
 
@@ -66,7 +70,7 @@ def read_runs_csv(path: Path) -> list[Run]:
     if not rows or not all(c in rows[0] for c in FIXED):
         raise ValueError(f"{path}: not a runs table; expected the columns {', '.join(FIXED)}")
     header = rows[0]
-    first_metric = header.index(FIXED[-1]) + 1 + (COMMIT in header)
+    first_metric = header.index(FIXED[-1]) + 1 + (COMMIT in header) + (MACHINE in header)
     keys, metrics = header[: header.index("seed")], header[first_metric:]
     runs = []
     for line, row in enumerate(rows[1:], start=2):
@@ -90,6 +94,7 @@ def read_runs_csv(path: Path) -> list[Run]:
                 extrapolation=_lengths(values),
                 wall_time_s=float(cell["wall_time_s"]) if cell["wall_time_s"] else None,
                 git_commit=cell.get(COMMIT) or None,
+                machine=cell.get(MACHINE) or "not recorded",
             )
         )
     return runs

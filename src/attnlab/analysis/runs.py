@@ -12,6 +12,7 @@ from typing import Any
 
 from attnlab.analysis.budget import LATE_GAIN, run_late_gain
 from attnlab.runs.dotted import flatten
+from attnlab.runs.record import machine_label
 from attnlab.runs.status import Status, status_counts
 
 # Numbers of results.json besides "metrics" that are read as metrics of the run.
@@ -31,6 +32,7 @@ class Run:
     extrapolation: dict[str, dict] = field(default_factory=dict)
     wall_time_s: float | None = None  # launch to end, all attempts (the planner's compute)
     git_commit: str | None = None  # the code the run came from (results.json's git_commit)
+    machine: str = "not recorded"  # results.json's machine, as one line (attnlab.runs.record)
 
     @property
     def run_dir(self) -> Path:
@@ -100,6 +102,7 @@ def load_run(path: Path) -> Run:
         extrapolation=extrapolation,
         wall_time_s=float(wall) if isinstance(wall, int | float) else None,
         git_commit=data.get("git_commit") if isinstance(data.get("git_commit"), str) else None,
+        machine=machine_label(data.get("machine")),
     )
 
 

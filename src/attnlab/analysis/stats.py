@@ -112,17 +112,21 @@ def _power(delta: float, se: float, df: float, alpha: float = ALPHA) -> float:
     return float(upper + (0.0 if math.isnan(lower) else lower))
 
 
-def detectable_difference(se: float, df: float, power: float = POWER) -> float | None:
-    """The smallest difference a two-sided t-test with this standard error and df detects with
-    `power` (None where it is undefined: no spread or no degrees of freedom)."""
+def detectable_difference(
+    se: float, df: float, power: float = POWER, alpha: float = ALPHA
+) -> float | None:
+    """The smallest difference a two-sided t-test at `alpha` with this standard error and df
+    detects with `power` (None where it is undefined: no spread or no degrees of freedom)."""
     from scipy import optimize
 
     if not (se > 0 and df > 0 and math.isfinite(se)):
         return None
     hi = se
-    while _power(hi, se, df) < power:
+    while _power(hi, se, df, alpha) < power:
         hi *= 2
-    return float(optimize.brentq(lambda d: _power(d, se, df) - power, 0.0, hi, xtol=se * 1e-6))
+    return float(
+        optimize.brentq(lambda d: _power(d, se, df, alpha) - power, 0.0, hi, xtol=se * 1e-6)
+    )
 
 
 def welch(arm: Sequence[float], base: Sequence[float], confidence: float = 0.95) -> Difference:

@@ -94,7 +94,11 @@ class CompareError(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from attnlab.cli import compare_study
     from attnlab.sweeps.search_compare import is_search
+
+    if any(compare_study.is_study(p) for p in args.paths):  # a study is read as a study
+        return compare_study.main(args, _out_dir, sys.modules[__name__])
 
     if any(is_search(p) for p in args.paths):  # a search is read as a search
         from attnlab.cli import compare_search

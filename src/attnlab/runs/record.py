@@ -55,6 +55,45 @@ def git_commit(path: Path | str | None = None) -> str | None:
     return out.stdout.strip() or None
 
 
+def machine() -> dict[str, Any]:
+    """The machine a run ran on (results.json's "machine"): CPU model and the cores this process
+    may use, GPU name and count, torch and Python versions. torch is read only where the run
+    has imported it (this module does not import it)."""
+    import platform
+    import sys
+
+    cpu = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    info: dict[str, Any] = {"cpu": cpu or platform.processor() or platform.machine(),
+                            "cores": cores, "gpu": None, "gpus": 0, "torch": None,
+                            "python": platform.python_version()}  # fmt: skip
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch"] = str(torch.__version__)
+        if torch.cuda.is_available():
+            info["gpus"] = torch.cuda.device_count()
+            info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def machine_label(info: Any) -> str:
+    """One line for a table: 'Intel Xeon ... x2, torch 2.13.0+cpu' (+ GPUs); 'not recorded'
+    for a run made before results.json held its machine."""
+    if not isinstance(info, dict) or not info.get("cpu"):
+        return "not recorded"
+    text = f"{info['cpu']} x{info.get('cores')}"
+    if info.get("gpus"):
+        text += f", {info['gpus']} x {info.get('gpu')}"
+    return text + (f", torch {info['torch']}" if info.get("torch") else "")
+
+
 def _split_override(override: str) -> tuple[str, str]:
     key, _, value = override.partition("=")
     return key.lstrip("+~"), value
@@ -144,6 +183,7 @@ class RunRecord:
             "wall_time_s": 0.0,
             "seed": seed,
             "git_commit": git_commit(),
+            "machine": machine(),
             "wandb_run_id": None,
             "run_dir": str(Path(run_dir).resolve()),
             "name": name,

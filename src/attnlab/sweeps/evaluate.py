@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.analysis.runs import EVAL_SCORES
+from attnlab.runs.status import Status
 from attnlab.sweeps.spec import SweepError
 
 KEYS = ("last", "beam_size", "length_penalty", "split", "batch_size", "name")
@@ -118,7 +119,7 @@ def evaluate_trials(
     result's metric then read from its evaluation. The trials whose evaluation failed (their
     log: <trial>/eval/<name>.log), as lines to print."""
     call = call or _process
-    todo = [r for r in results if r.status == "completed" and not _json(evaluate, r).is_file()]
+    todo = [r for r in results if r.status == Status.COMPLETED and not _json(evaluate, r).is_file()]
 
     def one(result) -> str | None:
         log = result.trial.run_dir / "eval" / f"{evaluate.label}.log"

@@ -185,6 +185,13 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
         raise SweepError(f"{where}.goal={goal!r}; expected minimize or maximize")
     seeds = _seeds(block.get("seeds", [1]), f"{where}.seeds")
     ordered = tuple(sorted(values)) if numeric else tuple(values)
+    scale = _scale(block, values, numeric, where)
+    return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend, scale)
+
+
+def _scale(block: Mapping, values: list, numeric: bool, where: str) -> str:
+    """tune.scale, checked (default: the grid's own, grid_scale); and the values' folder names
+    distinct."""
     scale = block.get("scale", grid_scale(values) if numeric else "")
     if numeric and scale not in ("log", "linear"):
         raise SweepError(f"{where}.scale={scale!r}; expected log or linear")
@@ -195,7 +202,7 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
     labels = [value_label(v) for v in values]
     if len(set(labels)) != len(labels):
         raise SweepError(f"{where}.values has two values with one folder name: {labels}")
-    return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend, scale)
+    return scale
 
 
 def value_label(value: Any) -> str:
