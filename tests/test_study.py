@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -347,3 +348,54 @@ def test_the_study_file_is_held_as_edited_until_the_choice_then_refused_if_edite
     assert yaml.safe_load((tmp_path / "sweep.yaml").read_text()) == edited
     with pytest.raises(SweepError, match="differs in tune"):
         refuse_edited_study(tmp_path, STUDY)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("metric: test/nll", "metric: test/nlll",
+         "primary.metric=test/nlll: no trial reports this metric (did you mean test/nll?)"),
+        ("metric: val/nll_best\n  refine", "metric: val/nll_bset\n  refine",
+         "tune.metric=val/nll_bset: no trial reports this metric (did you mean val/nll_best?)"),
+    ],
+    ids=["primary", "tune"],
+)  # fmt: skip
+def test_a_metric_no_trial_reports_is_refused_before_anything_runs(
+    tmp_path, capsys, old, new, message
+):
+    """The metrics a run reports are known from its config (attnlab.pipeline.metric_names):
+    a misspelled primary or tuning metric is one line with the closest name, exit 2."""
+    shipped = (Path(__file__).resolve().parents[1] / "sweeps" / "study_tiny.yaml").read_text()
+    assert old in shipped
+    path = tmp_path / "study.yaml"
+    path.write_text(shipped.replace(old, new))
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_the_dry_runs_power_line_is_the_planners_and_compares_figure(tmp_path, capsys):
+    """The smallest difference `--dry-run --sd S` prints for stage 2 is the difference at which
+    the planner (compare --plan) asks for exactly the study's seeds, and the one compare's study
+    view reports for two arms of that spread and those seeds."""
+    import re
+
+    from attnlab.analysis import stats, study_report
+
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({**STUDY, "seeds": [1, 2, 3, 4]}, sort_keys=False))
+    assert sweep.main([str(path), "--dry-run", "--sd", "0.5", "--out", str(tmp_path / "o")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "power:" in ln)
+    assert "4 seeds per arm" in line and "at alpha 0.05/1 = 0.05" in line
+    mdd = float(re.search(r"difference of ([\d.]+)", line).group(1))
+    pilot = [[9.5, 10.0, 10.5], [1.5, 2.0, 2.5]]  # both with std 0.5
+    assert stats.seeds_needed(pilot, mdd * 1.001).seeds_per_arm == 4
+    assert stats.seeds_needed(pilot, mdd * 0.98).seeds_per_arm == 5
+    spread = statistics.stdev([-3, -1, 1, 3])
+    four = [10 + 0.5 * x / spread for x in (-3, -1, 1, 3)]  # 4 seeds, std 0.5
+    assert statistics.stdev(four) == pytest.approx(0.5)
+    compare_mdd = study_report.family_mdd({"a": four, "b": [x + 1 for x in four]}, "a", 1)["b"]
+    assert compare_mdd == pytest.approx(mdd, rel=1e-3)

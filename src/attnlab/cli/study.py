@@ -6,6 +6,7 @@ trials and folders: attnlab.sweeps.staged; docs/sweeps.md "Studies"."""
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from pathlib import Path
@@ -46,9 +47,13 @@ def run_study(
     first = (study.tune.values[0], study.seeds[0])  # each arm's stage-2 config, checked up front
     firsts = [run.seed_trial(arm, *first, i) for i, arm in enumerate(run.arms)]
     print(plan(run, args.sweep, parallel, len(grid)))
+    if args.pilot or args.sd is not None:
+        print(power_line(run, args.pilot, args.sd))
     if args.dry_run:
         cli._list_trials(grid)
     edges = run.edge_trials()
+    if not _metrics_reported(run, grid[0], args.sweep):
+        return 2
     if not cli._trials_start([*grid, *edges, *firsts]):
         return 2
     if args.dry_run:
@@ -65,6 +70,63 @@ def run_study(
         return _stages(run, args.sweep, parallel, groups, share, resume)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def power_line(run: staged.StudyRun, pilot: str | None, sd: float | None) -> str:
+    """The smallest difference in the primary metric stage 2's seeds detect with 80% power
+    (two-sided Welch, equal seeds per arm), at Holm's strictest step over the family (alpha
+    0.05 / comparisons against the baseline): the planner's rule (attnlab.analysis.stats)."""
+    from attnlab.analysis import stats
+
+    metric = run.study.primary.metric
+    where = f"--sd {sd}"
+    if pilot:
+        sd, where = _pilot_sd(pilot, metric)
+    if sd is None or not sd > 0:
+        raise SweepError(f"--sd {sd}: expected a standard deviation > 0")
+    n, comparisons = len(run.study.seeds), max(len(run.arms) - 1, 1)
+    alpha = stats.ALPHA / comparisons
+    mdd = stats.detectable_difference(sd * math.sqrt(2 / n), 2 * n - 2, stats.POWER, alpha)
+    shown = "-" if mdd is None else f"{mdd:.4g}"
+    return (
+        f"  power: {n} seeds per arm detect a difference of {shown} in {metric} with 80% power "
+        f"at alpha {stats.ALPHA:g}/{comparisons} = {alpha:.3g} (std {sd:.4g} from {where})"
+    )
+
+
+def _pilot_sd(pilot: str, metric: str) -> tuple[float, str]:
+    """The pooled std over seeds of `metric` in a pilot's groups (as the planner pools it)."""
+    import statistics
+
+    from attnlab.analysis.groups import differing_keys, group_runs
+    from attnlab.cli.compare import CompareError, read_runs
+
+    try:
+        runs, _ = read_runs([pilot])
+    except CompareError as err:
+        raise SweepError(f"--pilot {pilot}: {err}") from None
+    groups = group_runs(runs, differing_keys(runs))
+    samples = [[r.metrics[metric] for r in g.completed() if metric in r.metrics] for g in groups]
+    samples = [s for s in samples if len(s) >= 2]
+    if not samples:
+        raise SweepError(f"--pilot {pilot}: no group with 2 or more runs reporting {metric}")
+    pooled = math.sqrt(math.fsum(statistics.variance(s) for s in samples) / len(samples))
+    return pooled, f"the pilot {pilot}: {len(samples)} groups"
+
+
+def _metrics_reported(run: staged.StudyRun, trial, source: str) -> bool:
+    """tune.metric and primary.metric are metrics the runs report (or the evaluate block
+    writes); each that is not, one line. False: nothing runs (exit 2)."""
+    from attnlab.config.location import conf_dir
+    from attnlab.sweeps.check import metric_problems
+
+    study = run.study
+    named = [("tune.metric", study.tune.metric), ("primary.metric", study.primary.metric)]
+    extra = study.evaluate.metrics() if study.evaluate else []
+    problems = metric_problems(trial, named, conf_dir(), extra)
+    for line in problems:
+        print(f"attnlab-sweep: error: {source}: {line}", file=sys.stderr)
+    return not problems
 
 
 def plan(run: staged.StudyRun, source: str, parallel: int, grid: int) -> str:

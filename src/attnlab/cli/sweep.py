@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         "filesystem (default: sqlite in the sweep's folder)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the trials and exit")
+    p.add_argument(
+        "--pilot",
+        help="a study's dry run: a pilot (runs.csv or run folders) whose seeds' spread of the "
+        "primary metric gives the smallest difference stage 2's seeds can detect",
+    )
+    p.add_argument("--sd", type=float, help="the same from a standard deviation over seeds")
     p.add_argument("--wandb", action="store_true", help="create the sweep on W&B, run agents")
     p.add_argument("--project", help="W&B project (with --wandb; default: the file's 'project')")
     p.add_argument("--entity", help="W&B entity (with --wandb)")

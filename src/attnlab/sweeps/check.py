@@ -85,3 +85,30 @@ def _numbers(indices: list[int]) -> str:
             runs.append(f"{start:03d}" if start == n else f"{start:03d}-{n:03d}")
             start = None
     return ", ".join(runs)
+
+
+def metric_problems(
+    trial: Trial,
+    named: Sequence[tuple[str, str]],
+    config_dir: Path | str,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """For each (where, metric) of `named` (e.g. ("tune.metric", "val/nll_best")) that a run of
+    the trial's config would not report (attnlab.pipeline.metric_names; `extra`: metrics made
+    after the run, such as a study's attnlab-eval scores), one line. [] for a trial that does
+    not run attnlab-train, or whose config does not compose (its preflight says why)."""
+    from attnlab.config.compose import ConfigError, compose_config
+    from attnlab.config.plain import plain_config
+    from attnlab.pipeline.metric_names import metric_problem, reported_metrics
+
+    if not runs_attnlab_train(trial.command):
+        return []
+    try:
+        cfg = compose_config(config_dir, trial_overrides(trial))
+        cfg.paths.run_dir = "<run_dir>"  # composed without a Hydra run, as the preflight does
+        plain = plain_config(cfg)
+    except (ConfigError, Exception):  # noqa: BLE001  the preflight reports a config that fails
+        return []
+    names = [*reported_metrics(plain), *extra]
+    found = [metric_problem(metric, names, where) for where, metric in named]
+    return [p for p in found if p]
