@@ -483,9 +483,11 @@ def test_each_arm_is_a_study_and_compare_reads_the_moved_search_folder(tmp_path,
 
     params = {"norm": {"values": ["pre", "post"]},
               "lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1}}  # fmt: skip
-    path = search_file(tmp_path, arms=["norm"], run_cap=3, parameters=params, method="random")
+    path = search_file(tmp_path, arms=["norm"], run_cap=3, parameters=params, method="random",
+                       knobs=["steps=10"])  # fmt: skip
     out = tmp_path / "out"
-    done = _run([str(path), "--out", str(out), "--parallel", "2"])
+    # the search's own command-line overrides (the tiny recipe): a rerun must keep them
+    done = _run([str(path), "--out", str(out), "--parallel", "2", "max_steps=120", "logger=none"])
     assert done.returncode == 0, done.stdout + done.stderr
     storage = default_storage(out)
     for arm in ("pre", "post"):
@@ -526,7 +528,22 @@ def test_each_arm_is_a_study_and_compare_reads_the_moved_search_folder(tmp_path,
     assert rerun["method"] == "grid" and rerun["parameters"]["seed"] == {"values": [1, 2, 3]}
     assert rerun["parameters"]["lr"] == {"value": pytest.approx(float(best["lr"]))}
     assert rerun["parameters"]["norm"] == {"value": "post"}
-    assert f"attnlab-sweep {files[0]}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"attnlab-sweep {files[0]}" in printed
+    # every rerun trial is the best trial's config but for the seed: the file's command and
+    # the search's command-line overrides (they used to be dropped: a 1000-step "best")
+    from attnlab.sweeps import expand_sweep
+
+    best_run = json.loads((moved / best["run_dir"] / "results.json").read_text())
+    without_seed = lambda overrides: sorted(  # noqa: E731
+        o for o in overrides if not o.startswith(("seed=", "group=", "hydra."))
+    )
+    reruns = expand_sweep(files[0])
+    assert [t.params["seed"] for t in reruns] == [1, 2, 3]
+    for t in reruns:
+        assert without_seed(t.overrides) == without_seed(best_run["overrides"])
+    assert "max_steps=120" in without_seed(reruns[0].overrides)
+    assert "runs: " in printed and "max_steps=120 logger=none" in printed
     assert compare.main([str(moved), "--plan", "0.5"]) == 2  # a search has no arms to size
     assert "--plan compares arms, and a search has none" in capsys.readouterr().err
     assert compare.main([str(moved), "--top", "0"]) == 2

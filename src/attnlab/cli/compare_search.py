@@ -99,4 +99,10 @@ def _reruns(search, args, out: Path, written: list[Path]) -> list[str]:
     print(f"\nthe best {args.rerun_best} of each arm over {args.seeds} seeds: run")
     for line in lines:
         print("  " + line)
+    import shlex
+
+    from attnlab.sweeps import expand_sweep
+
+    for f in files:  # what each rerun trial runs: the search's command line kept
+        print(f"  {f.name} runs: {shlex.join(expand_sweep(f)[0].command)}")
     return ["The best configs rerun over seeds:", "", "```", *lines, "```", ""]

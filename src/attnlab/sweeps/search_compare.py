@@ -192,8 +192,9 @@ def _fmt(value) -> str:
 
 def rerun_files(search: SearchRead, k: int, seeds: int, out: Path) -> list[Path]:
     """<out>/<name>_rerun_<arm>_<rank>.yaml for the best k completed trials of each arm: a grid
-    over seeds 1..seeds with the trial's values fixed (`value:`), the search's metric and
-    command. The files written."""
+    over seeds 1..seeds with the trial's values fixed (`value:`), the search's metric, and its
+    command with the overrides the search's own command line added (search_extras): every
+    rerun trial is the best trial's config but for the seed. The files written."""
     out.mkdir(parents=True, exist_ok=True)
     name = search.spec.get("name", "search")
     written = []
@@ -203,6 +204,7 @@ def rerun_files(search: SearchRead, k: int, seeds: int, out: Path) -> list[Path]
             params = {key: {"value": v} for key, v in t.values.items() if key != "seed"}
             params["seed"] = {"values": list(range(1, seeds + 1))}
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}_rerun_{arm}_{rank}")
+            command = [c for c in search.spec.get("command", []) if "hydra.run.dir" not in c]
             spec = {
                 "name": stem,
                 "project": search.spec.get("project", "attnlab"),
@@ -210,7 +212,7 @@ def rerun_files(search: SearchRead, k: int, seeds: int, out: Path) -> list[Path]
                 "method": "grid",
                 "metric": search.spec.get("metric"),
                 "parameters": params,
-                "command": [c for c in search.spec.get("command", []) if "hydra.run.dir" not in c],
+                "command": with_extras(command, search_extras(search, t)),
             }
             head = (f"# {name}'s trial {t.number} ({arm}, rank {rank}: {search.metric} = "
                     f"{t.value:.4g} on seed 1), rerun over seeds 1-{seeds}\n")  # fmt: skip
@@ -218,3 +220,43 @@ def rerun_files(search: SearchRead, k: int, seeds: int, out: Path) -> list[Path]
             path.write_text(head + yaml.safe_dump(spec, sort_keys=False))
             written.append(path)
     return written
+
+
+# Overrides that place or name a trial, not what it learns: not carried into a rerun.
+_PLACING = ("seed", "group", "tags", "name", "run_name")
+
+
+def search_extras(search: SearchRead, trial: SearchTrial) -> list[str]:
+    """The overrides the search's command line added to its trials (e.g. trainer.max_steps=120
+    logger=none): those the trial recorded in its results.json that neither its sweep file's
+    command nor its drawn values set."""
+    import json
+
+    from attnlab.sweeps.spec import make_trial, override_key
+
+    if not trial.run_dir:
+        return []
+    try:
+        recorded = json.loads((search.folder / trial.run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return []
+    params = {**trial.values, "seed": 1}
+    own = make_trial(search.spec, params, 0, search.spec.get("name", "search"), list(params))
+    from_file = {override_key(o) for o in own.overrides}
+    return [
+        o
+        for o in recorded.get("overrides") or []
+        if (key := override_key(o)) is not None
+        and key not in from_file
+        and key.lstrip("+~") not in _PLACING
+        and not key.startswith("hydra.")
+    ]
+
+
+def with_extras(command: list[str], extras: list[str]) -> list[str]:
+    """The command with `extras` before its ${args...} macro (so a rerun's own command line
+    still wins), else at its end."""
+    for i, token in enumerate(command):
+        if token.startswith("${args"):
+            return [*command[:i], *extras, *command[i:]]
+    return [*command, *extras]
