@@ -755,3 +755,29 @@ def test_the_last_validation_is_reported_never_judged_and_leaves_no_decision(tmp
         outcomes[final] += (frozen.user_attrs.get(ATTR_PRUNED_AT),)
     assert outcomes[True] == (False, False, None)
     assert outcomes[False] == (False, True, 1)
+
+
+def test_a_search_metric_no_trial_reports_is_refused_before_anything_runs(tmp_path, capsys):
+    """sweeps/lr_search.yaml with `metric.name: val/nlll`: one line naming the key and the
+    closest metric, exit 2, no folder (every trial used to train and end no_metric, exit 0)."""
+    from attnlab.cli import sweep
+
+    shipped = (REPO / "sweeps" / "lr_search.yaml").read_text()
+    path = tmp_path / "search.yaml"
+    path.write_text(shipped.replace("name: val/nll\n", "name: val/nlll\n"))
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out), "logger=none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "metric.name=val/nlll: no trial reports this metric (did you mean val/nll?)" in err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_search_that_ends_with_no_trial_value_exits_non_zero(tmp_path):
+    """Every trial completes without the search's metric (a program of one's own, so the metric
+    cannot be checked up front): the search says so and exits 1, not 0."""
+    path = search_file(tmp_path, run_cap=2, metric={"name": "val/other", "goal": "minimize"})
+    done = _run([str(path), "--out", str(tmp_path / "out")])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no trial completed with val/other: the search has no value" in done.stderr

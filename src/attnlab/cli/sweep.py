@@ -229,7 +229,10 @@ def _run_search(args: argparse.Namespace, config: dict, groups: list[str], argv)
     if groups and args.parallel:
         slots = slots[: args.parallel]
     _print_plan(search, args, len(slots))
-    if not _trials_start(search.check_trials(), search=True):
+    checks = search.check_trials()
+    if checks and not _metric_reported(checks[0], search.metric, args.sweep):
+        return 2
+    if not _trials_start(checks, search=True):
         return 2
     if args.dry_run:
         print("no study created (--dry-run)")
@@ -292,7 +295,23 @@ def _search(search, slots, args, argv) -> int:
     interrupted = interrupted or failure is not None
     if interrupted:
         print(f"resume: {resume_command(argv if argv is not None else sys.argv[1:], search.out)}")
+    elif not any(r.status == Status.COMPLETED and r.metric is not None for r in results):
+        print(f"attnlab-sweep: error: no trial completed with {search.metric}: the search has no "
+              f"value (see {search.out / 'summary.md'})", file=sys.stderr)  # fmt: skip
+        failure = "no value"
     return exit_code([r.status for r in ran] + ([Status.FAILED] if failure else []))
+
+
+def _metric_reported(trial, metric: str, source: str) -> bool:
+    """The search's metric is one a run of the trial's config reports; else one line (with the
+    closest name), False: nothing runs."""
+    from attnlab.config.location import conf_dir
+    from attnlab.sweeps.check import metric_problems
+
+    for line in metric_problems(trial, [("metric.name", metric)], conf_dir()):
+        print(f"attnlab-sweep: error: {source}: {line}", file=sys.stderr)
+        return False
+    return True
 
 
 def _list_trials(trials) -> None:
