@@ -101,6 +101,12 @@ BAD = [
         "module.divergence_check=logging_steps needs a fused optimizer",
     ),
     ("trainer.precision=17", "trainer.precision='17' is not valid here: Precision '17' is invalid"),
+    # Hydra's `+` adds any key: one the schema does not know used to run to the end
+    ("+foo=1", "+foo=1: foo is not a key of the config (TrainConfig)"),
+    (
+        "+model.n_head=4",
+        "+model.n_head=4: n_head is not a key of model (ModelConfig) (did you mean model.n_heads?)",
+    ),
 ]
 
 
@@ -131,6 +137,7 @@ def test_each_point_of_a_sweep_is_checked(capsys):
 def test_good_commands_and_info_flags_pass(capsys):
     preflight([], CONF_DIR)
     preflight(["model.pos_encoding=rope", "model.norm_position=post", "model.n_heads=2"], CONF_DIR)
+    preflight(["++foo=1"], CONF_DIR)  # Hydra's add-or-override: a key of ones own, on purpose
     for flags in (["--help"], ["--cfg", "job", "model.pos_encoding=foo"], ["--info"]):
         preflight(flags, CONF_DIR)  # left to Hydra
     assert capsys.readouterr().err == ""

@@ -42,7 +42,9 @@ def check(
     try:
         points = sweep_points(overrides) if multirun else [overrides]
         for point in points:
-            build(compose_config(config_dir, point, config_name), dry=True, local=local)
+            cfg = compose_config(config_dir, point, config_name)
+            refuse_unknown_additions(cfg, point, config_dir)
+            build(cfg, dry=True, local=local)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(describe(err)) from None
     return len(points)
@@ -86,3 +88,35 @@ def preflight(argv: list[str], config_dir: Path | str, prog: str = programs.TRAI
         for line in str(err).splitlines():
             print(f"{prog}: error: {line}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def refuse_unknown_additions(cfg, overrides: list[str], config_dir: Path | str) -> None:
+    """ConfigError for `+key=value` where `key` is not a key of its schema (the top level, the
+    trainer, model and data groups are dataclasses: attnlab.config.schema): Hydra's `+` adds
+    any key, so `+foo=1` used to run to the end in a folder named after it. `+group=option`
+    (a config group), `+key` under a free mapping (scheduler, optim, callbacks) and `++key`
+    (Hydra's add-or-override, on purpose) are left alone."""
+    import dataclasses
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    for override in overrides:
+        if not override.startswith("+") or override.startswith("++") or "=" not in override:
+            continue
+        key = override[1:].split("=", 1)[0]
+        if "/" in key or (Path(config_dir) / key.replace(".", "/")).is_dir():
+            continue  # a config group appended to the defaults
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        schema = OmegaConf.get_type(node) if OmegaConf.is_config(node) else None
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue
+        known = [f.name for f in dataclasses.fields(schema)]
+        close = difflib.get_close_matches(leaf, known, n=1)
+        hint = f" (did you mean {f'{parent}.' if parent else ''}{close[0]}?)" if close else ""
+        where = f"{parent} ({schema.__name__})" if parent else f"the config ({schema.__name__})"
+        raise ConfigError(
+            f"{override}: {leaf} is not a key of {where}{hint}; its keys: {', '.join(known)} "
+            f"(++{key}=... adds a key of your own on purpose)"
+        )
