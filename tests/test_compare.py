@@ -140,7 +140,8 @@ def test_group_by_and_no_results(runs_dir, tmp_path, capsys):
     assert lines[4].split()[:7] == ["4", "4", "completed,", "1", "diverged,", "1", "failed"]
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert compare.main([str(empty)]) == 1
+    assert compare.main([str(empty)]) == 2  # bad input: one line, exit 2, as a missing folder
+    assert capsys.readouterr().err.count("\n") == 1
     assert compare.main([str(tmp_path / "missing")]) == 2
 
 

@@ -377,7 +377,10 @@ def read_runs(paths: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
     if not runs:
         for path, err in unreadable:
             print(f"could not read {path}: {err}")
-        raise CompareError(f"no readable results.json under {' '.join(paths)}", code=1)
+        raise CompareError(
+            f"no readable results.json under {' '.join(paths)}: expected a run, sweep or study "
+            "folder (or a runs.csv)"
+        )
     return runs, unreadable
 
 
