@@ -23,7 +23,7 @@ from attnlab.training.schedules import schedule_from_config
 from sweep_utils import compose_arm, sweep_trials
 
 REPO = Path(__file__).resolve().parents[1]
-SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
+SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))  # the shipped files (a user's: sweeps/local/)
 UNSMOOTHED = {"val/nll_best", "val/nll", "val/bleu_best", "val/exact_match_best", "val/chrf"}
 # Keys that name or place a run, never what it learns.
 PLUMBING = re.compile(r"^(name|group|tags|run_name|paths\.|hydra\.|logger\.)")

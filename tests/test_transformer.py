@@ -79,7 +79,7 @@ def test_shared_embeddings_are_counted_once():
 @pytest.mark.parametrize(
     "overrides, names",
     [
-        (dict(pos_encoding="foo"), ["pos_encoding", "sinusoidal, learned, rope, alibi, none"]),
+        (dict(pos_encoding="foo"), ["pos_encoding", ", ".join(POS_ENCODINGS)]),
         (dict(norm_position="middle"), ["norm_position", "pre, post"]),
         (dict(arch="encoder_only"), ["arch", "encoder_decoder, decoder_only"]),
         (dict(norm_type="batchnorm"), ["norm_type", "layernorm, rmsnorm"]),
