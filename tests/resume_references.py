@@ -42,7 +42,8 @@ INTERRUPTS = [
     ("interrupt_saving", "CtrlCWhileSavingCheckpoint", 15),
     ("interrupt_step20", "CtrlCAfterStep", 20),  # a logging and validation step
     ("interrupt_kill", "KillDuringValidation", 30),  # after step 30's checkpoint, before its row
-    ("interrupt_test", "CtrlCDuringTest", 0),
+    ("interrupt_final_val", "CtrlCDuringValidation", 40),  # the last validation, after the
+    ("interrupt_test", "CtrlCDuringTest", 0),  # last step: no step is left to stop after
     ("interrupt_val", "CtrlCDuringValidation", 10),
     ("interrupt_term_val", "SigtermDuringValidation", 20),
     ("interrupt_step23", "CtrlCAfterStep", 23),  # off the logging grid (rows at 4, 9, 14, ...)

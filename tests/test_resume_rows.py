@@ -81,6 +81,7 @@ CHAINS = {
         "interrupt_saving",  # Ctrl-C while step 15's checkpoint is written
         "interrupt_step20",  # Ctrl-C in step 20: a logging and validation step
         "interrupt_kill",  # SIGKILL in step 30's validation, after its checkpoint: exit -9
+        "interrupt_final_val",  # Ctrl-C in the final validation (step 40's): it used to go on
         "interrupt_test",  # Ctrl-C in the final test pass
     ),
     "val-sigterm-step23-sigterm_test-record": (
@@ -91,6 +92,12 @@ CHAINS = {
         "interrupt_record",  # Ctrl-C while the final record (results.json) is written
     ),
 }
+
+
+# The interrupts that come while training runs (Preemption's handler): each is answered by a
+# line at once. The sanity check, the test pass and the final record stop at once instead.
+ANSWERED_AT_ONCE = {"interrupt_saving", "interrupt_step20", "interrupt_final_val",
+                    "interrupt_val", "interrupt_term_val", "interrupt_step23"}  # fmt: skip
 
 
 @pytest.mark.parametrize("chain", CHAINS.values(), ids=CHAINS.keys())
@@ -134,6 +141,8 @@ def test_a_run_interrupted_at_each_stage_in_turn_ends_with_the_uninterrupted_run
             assert run.returncode == 4, output
             assert "the same command resumes it" in run.stdout, output
             assert status == "interrupted"
+        if key in ANSWERED_AT_ONCE:  # training's own line, as the signal comes
+            assert "stopping after this step or validation" in run.stderr, output
         checkpointed = checkpointed or key != "interrupt_sanity"
         if key == "interrupt_term_val":
             record = json.loads((_only_run(root) / "results.json").read_text())

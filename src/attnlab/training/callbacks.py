@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from attnlab import programs
 from attnlab.problems import integer_problem, raise_first
 from attnlab.training.hooks import SkipEmptyHooks
 
@@ -33,6 +35,11 @@ class Preemption(SkipEmptyHooks, L.Callback):
     def _handle(self, signum, frame) -> None:
         if self.signal == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        if self.signal is None:  # answered at once, whatever the run is doing
+            again = "; Ctrl-C again to stop now" if signum == signal.SIGINT else ""
+            print(f"\n{programs.TRAIN}: {signal.Signals(signum).name}: stopping after this step "
+                  f"or validation (a checkpoint, then exit 4; the same command resumes it){again}",
+                  file=sys.stderr, flush=True)  # fmt: skip
         self.signal = signum
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -55,6 +62,17 @@ class Preemption(SkipEmptyHooks, L.Callback):
             # uninterrupted run does not; so this step logs and validates exactly as it would
             # have, and the resumed run's rows continue from there (tests/test_resume_rows.py).
             trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        # A signal after the last step (in the final validation): no batch ends after it, so
+        # the run stops here, its final state saved, instead of testing as if nothing came; the
+        # same command then tests it from that checkpoint.
+        stop = self.signal is not None
+        if trainer.world_size > 1:
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        if stop and self.saved is None:
+            self.saved = self.dirpath / "last.ckpt"
+            trainer.save_checkpoint(self.saved)
 
     def teardown(self, trainer, pl_module, stage) -> None:
         for signum, handler in self._previous.items():
