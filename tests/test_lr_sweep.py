@@ -172,6 +172,12 @@ def test_best_rate_comparison_and_select_seeds(sweep, capsys):
     rows = {r[0]: r for r in summary[1:]}
     assert float(rows["norm_position=post"][1]) == best_post
     assert float(rows["norm_position=pre"][1]) == 1e-2
+    # three rates: no basin to read or test (a basin of "1 (0)" and "no spread: no test" were
+    # printed before)
+    basin = summary[0].index("basin: rates (decades)")
+    assert rows["norm_position=post"][basin] == "needs 5 rates (3 here)"
+    md = (sweep / "comparison.md").read_text()
+    assert "basin rates, grid" not in md and "sensitivity, grid: diff" in md
     sensitivity = float(rows["norm_position=post"][3].split(" [")[0])
     assert sensitivity == pytest.approx(_per_seed(_capped("post", (1, 2, 3, 4))).mean(), rel=1e-3)
     # the comparison at the best rates: post (baseline: the sweep file's first value) vs pre

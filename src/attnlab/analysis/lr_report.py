@@ -12,6 +12,10 @@ from attnlab.analysis import lr_sweep, stats
 from attnlab.analysis.groups import short_names
 from attnlab.analysis.tables import console_lines, fit_console, fmt_number, fmt_value, text_table
 
+# A basin (the rates within --tol of the best) read on fewer rates is the best rate alone: the
+# summary says so instead of a width, and the arms' basins are not tested.
+MIN_BASIN_RATES = 5
+
 
 @dataclass
 class LRStudy:
@@ -82,8 +86,12 @@ class LRStudy:
             row += [_with_ci(there), _with_ci(grid[i] and grid[i].sensitivity_summary)]
             row += [_with_ci(part[i] and part[i].sensitivity_summary)] if where else []
             r = grid[i]
-            row += [f"{r.mean_basin} ({r.mean_basin_decades:.2g})" if r else ""]
-            row += [str(r.basin_of_all) if r else "", str(len(r.sensitivity)) if r else "0"]
+            if len(arm.points) < MIN_BASIN_RATES:  # a basin of 1 of 3 rates says nothing
+                row += [f"needs {MIN_BASIN_RATES} rates ({len(arm.points)} here)", ""]
+            else:
+                row += [f"{r.mean_basin} ({r.mean_basin_decades:.2g})" if r else ""]
+                row += [str(r.basin_of_all) if r else ""]
+            row += [str(len(r.sensitivity)) if r else "0"]
             points = arm.points
             bad = sum(len(p.ended_badly) for p in points)
             flat = sum(len(p.did_not_train) for p in points)
@@ -106,7 +114,8 @@ class LRStudy:
         columns = [("sensitivity, grid", self.readings(None), "sensitivity")]
         if where:
             columns.append((f"sensitivity, {where.label}", self.readings(where), "sensitivity"))
-        columns.append(("basin rates, grid", self.readings(None), "basin"))
+        if min(len(a.points) for a in self.arms) >= MIN_BASIN_RATES:  # else no basin to test
+            columns.append(("basin rates, grid", self.readings(None), "basin"))
         header = ["arm"]
         cells = {i: [lr_sweep.arm_label(a, names)] for i, a in enumerate(self.arms) if i != base}
         for title, readings, field in columns:
