@@ -38,6 +38,11 @@ def test_the_hparams_tab_gets_the_config_and_the_runs_metrics(compose, tmp_path)
     session = records["_hparams_/session_start_info"].session_start_info
     assert session.hparams["model.n_heads"].number_value == 2
     assert session.hparams["scheduler._target_"].string_value.endswith("Cosine")
+    # the keys an ablation varies and those the command set, not the whole config (128 keys,
+    # paths and every _target_, before)
+    from attnlab.runs.record import ABLATION_KEYS
+
+    assert set(session.hparams) == {*ABLATION_KEYS, "debug", "model.n_heads"}
     scalars = events.Tags()["scalars"]  # the values the tab shows are these scalars' last ones
     for name in names:
         assert name in scalars, name

@@ -291,7 +291,8 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
             for logger in built.loggers:  # TensorBoard's HParams tab: the headline metrics
                 if hasattr(logger, "record_hparams"):
                     logger.record_hparams(
-                        {k: v for k, v in metrics.items() if k.startswith(HPARAMS)}
+                        {k: v for k, v in metrics.items() if k.startswith(HPARAMS)},
+                        _hparams_keys(state.record.data.get("config") or {}),
                     )
     if state.is_rank_zero:
         say(f"{status}: {_summary(metrics)}; results in {state.record.path}")
@@ -304,6 +305,14 @@ def _finish(state: RunState, built: Built, status: str, metrics: dict[str, float
 
 
 HPARAMS = ("val/", "test/")  # the metrics TensorBoard's HParams tab compares runs by
+# Keys of the record's config that place or name a run or choose its logger: not compared there.
+NOT_HPARAMS = ("paths", "logger", "hydra", "name", "group", "tags", "run_name", "trainer.enable_")
+
+
+def _hparams_keys(config: dict) -> dict:
+    """The HParams tab's keys: the ablation keys and the keys the command set (results.json's
+    "config"), without those that place or name the run."""
+    return {k: v for k, v in config.items() if not k.startswith(NOT_HPARAMS)}
 
 
 def _scalars(metrics: dict) -> dict[str, float]:

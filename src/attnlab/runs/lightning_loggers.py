@@ -104,15 +104,17 @@ class ReplayingTensorBoardLogger(_Replaying, TensorBoardLogger):
         self._setup_replay(previous_rows)
 
     @rank_zero_only
-    def record_hparams(self, metrics: dict[str, float]) -> None:
-        """The HParams tab's record of this run: its config (what log_hyperparams stored) and
-        the names of `metrics`, whose values TensorBoard reads from the run's scalars of the
-        same names (logged during the run). Written once, at the end, when the names are known."""
+    def record_hparams(self, metrics: dict[str, float], keys: dict | None = None) -> None:
+        """The HParams tab's record of this run: `keys` (the keys an ablation varies and those
+        the command set, as results.json's "config" holds them; without it, everything
+        log_hyperparams stored) and the names of `metrics`, whose values TensorBoard reads from
+        the run's scalars of the same names (logged during the run). Written once, at the end,
+        when the names are known."""
         from torch.utils.tensorboard.summary import hparams
 
         params = {
             k: v if isinstance(v, (bool, int, float, str)) else str(v)
-            for k, v in dict(self.hparams).items()
+            for k, v in (dict(self.hparams) if keys is None else keys).items()
         }
         writer = self.experiment._get_file_writer()
         for summary in hparams(params, dict(metrics)):
