@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from attnlab.analysis import stats
+from attnlab.analysis import report, stats
 from attnlab.cli import compare
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,6 +147,9 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
     assert rows["8"]["test/bleu_p"] == "" and rows["8"]["test/bleu_verdict"] == ""
     assert float(rows["1"]["test/bleu_p"]) == pytest.approx(stats.welch(H1, H8).p)
     assert rows["16"]["test/bleu_verdict"] == "lower (p<0.001)"
+    # no `primary:` in the sweep file: every comparison is exploratory, and says so
+    assert {r["test/bleu_role"] for r in rows.values()} == {report.EXPLORATORY}
+    assert f"test/bleu ({report.EXPLORATORY})" in printed.replace("\n", " ")
     md = (out / "comparison.md").read_text()
     assert "## Statistics" in md and "MDD (80% power)" in md
 

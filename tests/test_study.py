@@ -248,6 +248,9 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     roles = {r[0] + " " + r[1] for r in csv.reader(open(tmp_path / "report" / "study.csv"))}
     assert roles == {"role metric", "confirmatory test/score", "exploratory test/other"}
     assert (tmp_path / "report" / "tuning.png").stat().st_size > 0
+    compared = (tmp_path / "report" / "comparison.md").read_text()
+    assert "test/score (confirmatory: named in the sweep file before the runs)" in compared
+    assert "test/other (exploratory: not named in the sweep file before the runs)" in compared
     assert compare.main([str(calm), "--metric", "test/other"]) == 2  # not its primary
 
     # The same study, killed in stage 1 (its 4th trial) and in stage 2 (its 2nd)

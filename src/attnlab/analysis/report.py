@@ -33,13 +33,24 @@ def comparison_table(
 
 
 STAT_COLUMNS = ("mean", "std", "n", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high")
-STAT_COLUMNS += ("p", "p_holm", "mdd", "verdict")
+STAT_COLUMNS += ("p", "p_holm", "mdd", "verdict", "role")
+CONFIRMATORY = "confirmatory: named in the sweep file before the runs"
+EXPLORATORY = "exploratory: not named in the sweep file before the runs"
 
 
-def write_csv(path: Path, groups, keys, headline, tests, baseline=None, paired=False) -> None:
+def role(metric: str, primary: str | None) -> str:
+    """A comparison's standing: confirmatory for the sweep file's `primary:` metric, else
+    exploratory (every comparison of a sweep that names none)."""
+    return CONFIRMATORY if metric == primary else EXPLORATORY
+
+
+def write_csv(
+    path: Path, groups, keys, headline, tests, baseline=None, paired=False, primary=None
+) -> None:
     """One row per group: key values, label, status, and per metric mean/std/n, the 95% CI, and
     against the baseline (default the first group) the difference, its CI, p, Holm's p, the
-    minimum detectable difference and the verdict (empty for the baseline itself)."""
+    minimum detectable difference and the verdict (empty for the baseline itself), and the
+    comparison's role (confirmatory for the sweep file's primary metric, else exploratory)."""
     from attnlab.analysis import stats
 
     metrics = [m for m in [headline, *tests] if m]
@@ -66,6 +77,7 @@ def write_csv(path: Path, groups, keys, headline, tests, baseline=None, paired=F
                 else:
                     p, p_holm = (None, None) if math.isnan(d.p) else (d.p, d.p_holm)
                     row += [d.diff, *d.ci, _cell(p), _cell(p_holm), _cell(d.mdd), d.verdict()]
+                row.append(role(m, primary))
             writer.writerow(row)
 
 

@@ -15,9 +15,11 @@ def statistics_title(metric: str, c, paired: bool) -> str:
     arms = len(c.plan_groups) - 1  # the groups tested: an LR study's arms at their best rate
     test = "paired t-test over seeds" if paired else "Welch's t-test"
     label = group_label(c.baseline, short_names(c.keys))
+    standing = report.role(metric, getattr(c, "primary", None))
     return (
-        f"{metric}: mean, 95% CI; against {label}: difference, {test}, Holm's correction "
-        f"across {arms} arm{'s' * (arms != 1)}, minimum detectable difference at 80% power"
+        f"{metric} ({standing}): mean, 95% CI; against {label}: difference, {test}, Holm's "
+        f"correction across {arms} arm{'s' * (arms != 1)}, minimum detectable difference at 80% "
+        "power"
     )
 
 
@@ -28,7 +30,8 @@ def write_report(out: Path, table, c, args) -> list[Path]:
     groups, keys, headline, tests = c.groups, c.keys, c.headline, c.tests
     names = short_names(keys)
     written = [out / "comparison.md", out / "comparison.csv", out / "runs.csv"]
-    report.write_csv(out / "comparison.csv", groups, keys, headline, tests, c.baseline, args.paired)
+    report.write_csv(out / "comparison.csv", groups, keys, headline, tests, c.baseline,
+                     args.paired, getattr(c, "primary", None))  # fmt: skip
     write_runs_csv(out / "runs.csv", groups, keys)
     lr_sections = _lr_files(out, c, written) if c.lr is not None else []
     curves = out / f"{args.curve_metric.replace('/', '_')}_curves.png"

@@ -75,6 +75,13 @@ def spec_metric(spec: dict | None) -> str | None:
     return metric.get("name") if isinstance(metric, dict) else None
 
 
+def spec_primary(spec: dict | None) -> str | None:
+    """The metric of the sweep file's `primary:` block (a study's, or a sweep's): the one
+    comparison named before the runs, which compare labels confirmatory."""
+    primary = (spec or {}).get("primary")
+    return primary.get("metric") if isinstance(primary, dict) else None
+
+
 def spec_baseline(spec: dict | None, keys: Sequence[str]) -> list[str]:
     """KEY=VALUE for each of `keys` that the sweep file sets: its `baseline:` entry, else the
     first of the parameter's values."""

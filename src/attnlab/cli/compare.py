@@ -204,6 +204,7 @@ class Comparison:
     statistics: dict[str, list[list[str]]]
     still_improving: list = field(default_factory=list)
     lr: LRStudy | None = None
+    primary: str | None = None  # the sweep file's `primary:` metric (confirmatory)
 
     @property
     def title(self) -> str:
@@ -271,8 +272,9 @@ def compare(args: argparse.Namespace) -> Comparison:
         }
     except ValueError as err:
         raise CompareError(str(err)) from None
+    primary = sweep_file.spec_primary(spec)
     return Comparison(
-        runs, unreadable, keys, groups, headline, tests, baseline, statistics, late, lr
+        runs, unreadable, keys, groups, headline, tests, baseline, statistics, late, lr, primary
     )
 
 
