@@ -102,6 +102,16 @@ BAD = [
         "module.divergence_check=logging_steps needs a fused optimizer",
     ),
     ("trainer.precision=17", "trainer.precision='17' is not valid here: Precision '17' is invalid"),
+    # an encoding's own option, checked by the encoding (model.pos is its mapping)
+    (
+        "model.pos_encoding=t5_bias model.pos.num_buckets=0",
+        "model.pos.num_buckets=0 is not valid; expected an integer >= 4",
+    ),
+    (
+        "model.pos.num_buckets=8",
+        "model.pos.num_buckets is not an option of model.pos_encoding='sinusoidal'; its options: "
+        "none",
+    ),
     # Hydra's `+` adds any key: one the schema does not know used to run to the end
     ("+foo=1", "+foo=1: foo is not a key of the config (TrainConfig)"),
     (

@@ -85,10 +85,11 @@ def test_model_schema_defaults_are_transformer_config_defaults():
     defaults = TransformerConfig()
     for f in fields(ModelConfig):
         if f.name not in HARNESS_MODEL_KEYS:
+            default = f.default_factory() if callable(f.default_factory) else f.default
             assert str(
-                getattr(ModelConfig, f.name, f.default).value
-                if hasattr(f.default, "value")
-                else f.default
+                getattr(ModelConfig, f.name, default).value
+                if hasattr(default, "value")
+                else default
             ) == str(getattr(defaults, f.name)), f.name
 
 

@@ -58,12 +58,14 @@ def main() -> None:
 def _main() -> None:
     import hydra
 
+    from attnlab.config.compose import open_mapping_overrides
     from attnlab.config.location import conf_dir
     from attnlab.config.resolvers import register as register_resolvers
     from attnlab.pipeline.preflight import preflight
     from attnlab.runs.status import exit_code
 
     register_resolvers()
+    sys.argv[1:] = open_mapping_overrides(sys.argv[1:])  # model.pos.<option>= (a component's)
     jobs = preflight(sys.argv[1:], conf_dir(), prog=PROG)
     if not _is_multirun(sys.argv[1:]):
         hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()

@@ -32,6 +32,17 @@ MOVED_KEYS = {
 }
 
 
+# Mappings whose keys a component declares itself (a positional encoding's options: its OPTIONS),
+# not the schema: `model.pos.num_buckets=16` sets one as Hydra's `++` would (add or override),
+# and the component refuses a key it does not declare, naming it and its options.
+OPEN_MAPPINGS = ("model.pos.",)
+
+
+def open_mapping_overrides(overrides: list[str]) -> list[str]:
+    """`model.pos.<option>=<value>` as `++model.pos.<option>=<value>`; the others unchanged."""
+    return ["++" + o if o.startswith(OPEN_MAPPINGS) and "=" in o else o for o in overrides]
+
+
 class ConfigError(Exception):
     """A bad config value; the message is one line naming the key."""
 
@@ -39,7 +50,7 @@ class ConfigError(Exception):
 def compose_config(config_dir: Path | str, overrides: list[str], config_name: str = "train"):
     """Compose `config_name` from `config_dir` with `overrides` (no Hydra run, no run dir)."""
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        return compose(config_name=config_name, overrides=list(overrides))
+        return compose(config_name=config_name, overrides=open_mapping_overrides(list(overrides)))
 
 
 def sweep_points(overrides: list[str]) -> list[list[str]]:

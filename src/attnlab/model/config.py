@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Literal, get_args
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, get_args
 
 from attnlab.model.positions import NAMES as _ENCODINGS
 from attnlab.problems import (
@@ -45,7 +45,7 @@ def prefix_fields(message: str, prefix: str) -> str:
     if not prefix:
         return message
     names = "|".join(sorted(TransformerConfig.__dataclass_fields__, key=len, reverse=True))
-    return re.sub(rf"(?<![\w.])({names})(?==)", rf"{prefix}\1", message)
+    return re.sub(rf"(?<![\w.])({names})(?==|\.\w+\b)", rf"{prefix}\1", message)
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,9 @@ class TransformerConfig:
     norm_position: NormPosition = "post"
     norm_type: NormType = "layernorm"
     pos_encoding: PosEncoding = "sinusoidal"
+    # The encoding's own options, e.g. {num_buckets: 32, max_distance: 128} for t5_bias: each
+    # encoding declares and checks its own (attnlab.model.positions; model.pos.<option>=...).
+    pos: dict[str, Any] = field(default_factory=dict)
     max_len: int | None = 1024
     share_embeddings: bool = True
     init: Init = "xavier"
@@ -100,6 +103,11 @@ class TransformerConfig:
     qk_norm: bool = False  # LayerNorm on each head's queries and keys (Dehghani et al., 2023)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pos, Mapping):
+            raise ValueError(
+                f"pos={self.pos!r} is not valid; expected a mapping of the encoding's options"
+            )
+        object.__setattr__(self, "pos", dict(self.pos))  # a plain dict (an OmegaConf node, too)
         self.validate()
 
     @property

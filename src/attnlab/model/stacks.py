@@ -43,10 +43,17 @@ class _Stack(nn.Module):
     """What both stacks share: the bottom (embeddings, positions, dropout), the per-forward
     relative-position tables, running a layer (checkpointed if asked) and the final norm."""
 
-    def __init__(self, cfg: TransformerConfig, embeddings: Embeddings, layers: nn.ModuleList):
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        embeddings: Embeddings,
+        layers: nn.ModuleList,
+        causal: bool = False,
+    ):
         super().__init__()
         self.embeddings = embeddings
-        self.positions = encoding_class(cfg.pos_encoding).from_config(cfg)  # model.positions
+        # model.positions; `causal`: this stack's self-attention is (the decoder's)
+        self.positions = encoding_class(cfg.pos_encoding).from_config(cfg, causal)
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = layers
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
@@ -132,7 +139,7 @@ class Decoder(_Stack):
         layers = nn.ModuleList(
             DecoderLayer(cfg, cross_attention) for _ in range(cfg.n_decoder_layers)
         )
-        super().__init__(cfg, embeddings, layers)
+        super().__init__(cfg, embeddings, layers, causal=cfg.mask_future)
         self.mask_source_padding = cfg.mask_source_padding
         self.mask_future = cfg.mask_future
 

@@ -28,15 +28,49 @@ class PositionalEncoding(nn.Module):
     embeddings), `relative` (for self-attention), `limit` (the most positions a config's
     encoding represents), and `problems` (their own rules on the config's fields, one line each
     naming the field; `from_config` raises the first when the stack is built: on the meta
-    device in the preflight's dry build)."""
+    device in the preflight's dry build).
+
+    An encoding's own options (T5's bucket count) are `OPTIONS` (name -> default), set by the
+    config's `pos` mapping (`model.pos.num_buckets=16`) and read with `options(cfg)`; a key it
+    does not declare is refused. `causal` says whether the stack's self-attention is (the
+    decoder's, with its causal mask): an encoding whose positions read differently each way
+    (T5's buckets) asks it."""
+
+    OPTIONS: dict = {}
+    causal: bool = False
 
     @classmethod
-    def from_config(cls, cfg) -> PositionalEncoding:
-        """The encoding for `cfg` (a TransformerConfig), checked by its own rules."""
-        problems = cls.problems(cfg)
+    def from_config(cls, cfg, causal: bool = False) -> PositionalEncoding:
+        """The encoding for `cfg` (a TransformerConfig), checked by its own rules, for a stack
+        whose self-attention is `causal` or not."""
+        problems = cls.option_problems(cfg) or cls.problems(cfg)
         if problems:
             raise ValueError(problems[0])
-        return cls.build(cfg)
+        encoding = cls.build(cfg)
+        encoding.causal = causal
+        return encoding
+
+    @classmethod
+    def options(cls, cfg) -> dict:
+        """OPTIONS with the config's `pos` values over them."""
+        return {**cls.OPTIONS, **dict(getattr(cfg, "pos", None) or {})}
+
+    @classmethod
+    def option_problems(cls, cfg) -> list[str]:
+        """A key of the config's `pos` that this encoding does not declare, one line."""
+        import difflib
+
+        name = getattr(cfg, "pos_encoding", cls.__name__)
+        for key in getattr(cfg, "pos", None) or {}:
+            if key not in cls.OPTIONS:
+                close = difflib.get_close_matches(str(key), list(cls.OPTIONS), n=1)
+                hint = f" (did you mean pos.{close[0]}?)" if close else ""
+                known = ", ".join(cls.OPTIONS) or "none"
+                return [
+                    f"pos.{key} is not an option of pos_encoding={name!r}{hint}; its options: "
+                    f"{known}"
+                ]
+        return []
 
     @classmethod
     def build(cls, cfg) -> PositionalEncoding:
