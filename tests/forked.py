@@ -34,7 +34,7 @@ from pathlib import Path
 # children on SIGCHLD and writes each one's return code (subprocess's convention: -N for a
 # signal) to the request's status file.
 SERVER = r"""
-import json, os, runpy, signal, sys, threading
+import json, os, runpy, signal, sys, threading, types
 
 import torch, lightning, hydra, omegaconf, tensorboard, torchmetrics  # noqa: F401
 import attnlab.pipeline.train, attnlab.training.module, attnlab.runs.loggers  # noqa: F401
@@ -85,6 +85,7 @@ if child is not None:  # the command, as `python -m MODULE ARGS` or `python SCRI
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", buffering=1 if unbuffered else -1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     os.chdir(child["cwd"])
     os.environ.clear()
     os.environ.update(child["env"])
@@ -98,7 +99,9 @@ if child is not None:  # the command, as `python -m MODULE ARGS` or `python SCRI
     if argv[0] == "-c":
         sys.path[:] = ["", *extra, *BASE_PATH]
         sys.argv = ["-c", *argv[2:]]
-        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+        main = types.ModuleType("__main__")  # a real __main__ module, as `python -c` has
+        sys.modules["__main__"] = main
+        exec(compile(argv[1], "<string>", "exec"), main.__dict__)
     elif argv[0] == "-m":
         sys.path[:] = [os.getcwd(), *extra, *BASE_PATH]
         sys.argv = [argv[1], *argv[2:]]
@@ -113,9 +116,10 @@ if child is not None:  # the command, as `python -m MODULE ARGS` or `python SCRI
 class Forked:
     """A command's process, forked by the Server (subprocess.Popen's subset the tests use)."""
 
-    def __init__(self, pid: int, args: list[str], files: dict[str, Path]):
+    def __init__(self, pid: int, args: list[str], files: dict[str, Path], server_alive=None):
         self.pid, self.args, self._files = pid, args, files
         self.returncode: int | None = None
+        self._server_alive = server_alive or (lambda: True)
 
     def poll(self) -> int | None:
         if self.returncode is None and self._files["status"].exists():
@@ -127,6 +131,8 @@ class Forked:
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout)
+            if not self._server_alive() and self.poll() is None:  # its exit is never recorded
+                raise RuntimeError(f"the forking interpreter died while {self.args} ran")
             time.sleep(0.01)
         return self.returncode
 
@@ -172,7 +178,7 @@ class Server:
         self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
         pid = json.loads(self._proc.stdout.readline())["pid"]
-        return Forked(pid, list(args), files)
+        return Forked(pid, list(args), files, lambda: self._proc.poll() is None)
 
     def close(self) -> None:
         self._proc.stdin.close()

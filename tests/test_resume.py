@@ -216,3 +216,22 @@ def test_a_run_made_before_a_preset_was_edited_is_refused_not_reported(tmp_path)
         k: v for k, v in before.items() if k != log
     }
     assert after[log].startswith(before[log])
+
+
+@pytest.mark.slow
+def test_a_forked_command_has_a_real_main_module_and_its_own_std_streams(tmp_path):
+    """tests/forked.py runs `python -c CODE` as Python does: CODE in a __main__ module of
+    sys.modules (pickling a function defined there finds it), sys.__stdout__ the redirected
+    stream; and a wait on a command whose forking interpreter died raises instead of hanging."""
+    code = (
+        "import pickle, sys\n"
+        "def f(): return 1\n"
+        "assert pickle.loads(pickle.dumps(f))() == 1\n"
+        "print(sys.modules['__main__'].__name__, sys.__stdout__ is sys.stdout)\n"
+    )
+    done = forked.run([sys.executable, "-c", code], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "__main__ True"
+    dead = forked.Forked(1, ["x"], {"status": tmp_path / "never"}, server_alive=lambda: False)
+    with pytest.raises(RuntimeError, match="the forking interpreter died"):
+        dead.wait(timeout=5)
