@@ -116,6 +116,7 @@ def test_the_run_refuses_a_stored_config_only_where_it_differs(compose, tmp_path
     here = [f"paths.run_dir={tmp_path}"]
     stored = plain_config(compose(here))
     del stored["model"]["qk_norm"]  # as written before it existed
+    del stored["model"]["pos"]  # (a mapping, default {}: an encoding's options, issue 64)
     # the optimizer and the schedule as written before they were classes named by `_target_`
     stored["optim"] = {**stored["optim"], "name": "adam"}
     del stored["optim"]["_target_"]
@@ -126,6 +127,9 @@ def test_the_run_refuses_a_stored_config_only_where_it_differs(compose, tmp_path
     refuse_changed_config(tmp_path, same, plain_config(same))  # defaults: the same run
     changed = compose([*here, "model.qk_norm=true"])
     with pytest.raises(RunConfigChanged, match=r"model.qk_norm: <absent> -> True"):
+        refuse_changed_config(tmp_path, changed, plain_config(changed))
+    changed = compose([*here, "model.pos_encoding=t5_bias", "model.pos.num_buckets=16"])
+    with pytest.raises(RunConfigChanged, match=r"model.pos.num_buckets: <absent> -> 16"):
         refuse_changed_config(tmp_path, changed, plain_config(changed))
     changed = compose([*here, "optim=adamw"])
     with pytest.raises(RunConfigChanged, match=r"optim._target_: 'torch.optim.Adam' -> 'torch.o"):

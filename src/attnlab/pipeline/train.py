@@ -139,7 +139,11 @@ def _is_default(cfg: DictConfig, key: str, value) -> bool:
     if not dataclasses.is_dataclass(schema):
         return False
     field = {f.name: f for f in dataclasses.fields(schema)}.get(name)
-    if field is None or field.default is dataclasses.MISSING:
+    if field is None:
+        return False
+    if field.default_factory is not dataclasses.MISSING:  # e.g. model.pos: {} (no options)
+        return field.default_factory() == value
+    if field.default is dataclasses.MISSING:
         return False
     return getattr(field.default, "value", field.default) == value
 
