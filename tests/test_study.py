@@ -402,3 +402,17 @@ def test_the_dry_runs_power_line_is_the_planners_and_compares_figure(tmp_path, c
     assert statistics.stdev(four) == pytest.approx(0.5)
     compare_mdd = study_report.family_mdd({"a": four, "b": [x + 1 for x in four]}, "a", 1)["b"]
     assert compare_mdd == pytest.approx(mdd, rel=1e-3)
+
+
+def test_a_component_of_ones_own_may_log_metrics_the_check_does_not_know():
+    """A LightningModule of one's own or a callback from outside attnlab may log any metric: the
+    metric check then refuses nothing; with attnlab's own components it knows the list."""
+    from attnlab.pipeline.metric_names import reported_metrics
+
+    plain = {"data": {"_target_": "attnlab.data.synthetic.SyntheticDataModule"},
+             "callbacks": {"ckpt": {"_target_": "lightning.pytorch.callbacks.ModelCheckpoint"}},
+             "module": {"_target_": None}}  # fmt: skip
+    assert "val/nll_best" in reported_metrics(plain)
+    assert reported_metrics({**plain, "module": {"_target_": "mine.Module"}}) is None
+    mine = {**plain["callbacks"], "probe": {"_target_": "mine.Probe"}}
+    assert reported_metrics({**plain, "callbacks": mine}) is None

@@ -20,14 +20,21 @@ RECORD = ("nll_init", "peak_lr")
 TRANSLATION = "attnlab.training.translation_quality.TranslationQuality"
 
 
-def reported_metrics(plain: dict[str, Any]) -> list[str]:
+def reported_metrics(plain: dict[str, Any]) -> list[str] | None:
     """Every metric name a run of `plain` (a plain config: attnlab.config.plain) reports, with
-    length/<L>/* as one pattern per length."""
+    length/<L>/* as one pattern per length; None where a component of one's own may log more
+    (a LightningModule of one's own, module._target_, or a callback from outside attnlab and
+    Lightning): then nothing is refused."""
+    callbacks = plain.get("callbacks") or {}
+    targets = [n.get("_target_", "") for n in callbacks.values() if isinstance(n, dict)]
+    own_module = bool((plain.get("module") or {}).get("_target_"))
+    known = ("attnlab.", "lightning.")  # callbacks whose metrics are listed here (or none)
+    if own_module or any(t and not str(t).startswith(known) for t in targets):
+        return None
     exact = _exact_match(plain)
     names = [f"{split}/{m}" for split in ("val", "test") for m in SPLIT_METRICS]
     names += [f"{split}/exact_match" for split in ("val", "test")] if exact else []
     names += ["val/loss_best", "val/nll_best"] + (["val/exact_match_best"] if exact else [])
-    callbacks = plain.get("callbacks") or {}
     if any(isinstance(n, dict) and n.get("_target_") == TRANSLATION for n in callbacks.values()):
         names += ["val/bleu", "val/chrf", "val/bleu_best", "test/bleu", "test/chrf"]
     names += [f"length/{n}/*" for n in (plain.get("data") or {}).get("eval_lengths") or []]
