@@ -59,6 +59,26 @@ def test_minimum_detectable_difference_has_80_percent_power_by_simulation():
     assert se > 0 and detected.mean() == pytest.approx(0.8, abs=0.03)
 
 
+def test_a_familys_detectable_difference_is_at_the_alpha_its_verdict_uses():
+    """Across m tested arms the MDD is at alpha 0.05 / m (Holm's strictest step): a direct
+    noncentral-t power at it is 80%, it is larger than one comparison's, and it is the figure
+    the planner inverts for the same design (n seeds per arm, the same spread)."""
+    a, b, c = [1.0, 1.4, 0.7, 1.2], [0.0, 0.5, -0.3, 0.2], [0.3, 0.1, 0.6, -0.2]
+    alone = stats.welch(a, b)
+    family = stats.with_holm([alone, stats.welch(c, b), None])
+    d = family[0]
+    assert d.alpha == pytest.approx(0.025) and family[2] is None
+    crit = sps.t.ppf(1 - 0.025 / 2, d.df)  # two-sided at 0.025, Welch's df
+    nc = d.mdd / d.se
+    assert sps.nct.sf(crit, d.df, nc) + sps.nct.cdf(-crit, d.df, nc) == pytest.approx(0.8)
+    assert d.mdd > alone.mdd and d.p_holm == pytest.approx(stats.holm([d.p, family[1].p])[0])
+    # the planner at the same design: equal spreads, n per arm, 2 comparisons, alpha 0.025
+    same = [0.0, 1.0, 2.0, 3.0]
+    fam = stats.with_holm([stats.welch([x + 5 for x in same], same)] * 2)[0]
+    plan = stats.seeds_needed([same, same], fam.mdd, comparisons=2)
+    assert plan.seeds_per_arm == 4 and plan.power == pytest.approx(0.8, abs=1e-4)
+
+
 def test_paired_test_uses_per_seed_differences_and_needs_the_same_seeds():
     arm, base = {1: 1.0, 2: 2.0, 3: 3.5}, {1: 0.5, 2: 1.2, 3: 3.0}
     d = stats.paired(arm, base)
@@ -139,7 +159,7 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
     assert compare.main(argv) == 0
     printed = capsys.readouterr().out
     assert "against n_heads=8" in printed and "Holm's correction across 2 arms" in printed
-    assert "not detected, MDD 2." in printed  # the console's short verdict
+    assert "not detected, MDD 3." in printed  # the console's short verdict, at alpha 0.05/2
     assert "lower (p<0.001)" in printed  # h = 16 is 8 BLEU below
     assert max(len(line) for line in printed.splitlines() if "[" in line) <= 120
     with open(out / "comparison.csv", newline="") as f:
@@ -151,7 +171,9 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
     assert {r["test/bleu_role"] for r in rows.values()} == {report.EXPLORATORY}
     assert f"test/bleu ({report.EXPLORATORY})" in printed.replace("\n", " ")
     md = (out / "comparison.md").read_text()
-    assert "## Statistics" in md and "MDD (80% power)" in md
+    assert "## Statistics" in md and "MDD (80% power, alpha 0.025)" in md
+    assert float(rows["1"]["test/bleu_mdd"]) == pytest.approx(stats.with_holm(
+        [stats.welch(H1, H8), stats.welch((20.1, 20.4, 19.8), H8)])[0].mdd)  # fmt: skip
 
 
 @pytest.mark.slow

@@ -189,8 +189,8 @@ def statistics_table(
 ) -> list[list[str]]:
     """Header + one row per group: n, mean, std, 95% CI, and against the baseline the difference
     with its 95% CI, the test's p, Holm's p across the arms of this table, the minimum detectable
-    difference at 80% power and the verdict (attnlab.analysis.stats); the verdict of a group in
-    `still_improving` (or against such a baseline) is marked (†), and the header gives
+    difference at 80% power at alpha 0.05 / (arms tested) and the verdict
+    (attnlab.analysis.stats); the verdict of a group in `still_improving` (or against such a baseline) is marked (†), and the header gives
     attnlab.analysis.budget's note once.
     ValueError when a paired test meets groups of different seeds."""
     from attnlab.analysis import stats
@@ -199,9 +199,11 @@ def statistics_table(
     test = "paired t" if paired else "Welch"
     names = short_names(keys)
     header = [*keys, "n", "mean", "std", "95% CI", f"diff vs {group_label(baseline, names)}"]
-    header += ["95% CI of diff", f"p ({test})", "p (Holm)", "MDD (80% power)", "verdict"]
     summaries = [stats.summarize(_values(g, metric)) for g in groups]
     diffs = stats.with_holm([_difference(g, baseline, metric, paired) for g in groups])
+    alpha = next((d.alpha for d in diffs if d is not None and d.p_holm is not None), stats.ALPHA)
+    mdd = f"MDD (80% power, alpha {alpha:.3g})"  # the alpha of Holm's strictest step
+    header += ["95% CI of diff", f"p ({test})", "p (Holm)", mdd, "verdict"]
     rows = [header if keys else ["group", *header]]
     for g, s, d in zip(groups, summaries, diffs, strict=True):
         row = [fmt_value(g.values[k]) for k in keys] or ["all runs"]

@@ -19,7 +19,7 @@ def statistics_title(metric: str, c, paired: bool) -> str:
     return (
         f"{metric} ({standing}): mean, 95% CI; against {label}: difference, {test}, Holm's "
         f"correction across {arms} arm{'s' * (arms != 1)}, minimum detectable difference at 80% "
-        "power"
+        f"power at alpha 0.05/{max(1, arms)} (Holm's strictest step)"
     )
 
 

@@ -5,7 +5,9 @@ Against a baseline group: the difference of means with its 95% interval and the 
 Welch's t-test (unequal variances; or the paired t-test on per-seed differences when the arms
 share seeds and data order and the user asks for it), Holm's step-down correction across the
 arms of one table, and the minimum detectable difference: the smallest true difference that
-this n and this spread would find with 80% power at two-sided alpha 0.05 (noncentral t). The
+this n and this spread would find with 80% power (noncentral t) at the alpha the verdict uses:
+two-sided 0.05 for one comparison, 0.05 / m across a table of m tested arms (Holm's strictest
+step, the family's Bonferroni bound; the planner uses the same alpha). The
 verdict's wording is decided here, never by the writer of a report: "higher (p=0.01)",
 "lower (p=0.03)", or "no difference detected; this n would miss differences under 1.9".
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ALPHA = 0.05
 POWER = 0.8
@@ -40,7 +42,9 @@ class Summary:
 class Difference:
     """An arm against the baseline: diff = mean(arm) - mean(baseline), its 95% interval, the
     test's p, Holm's adjusted p (filled in across a table), the minimum detectable difference
-    at 80% power, and the test used ("welch" or "paired")."""
+    at 80% power at `alpha` (0.05 alone; 0.05 / m once Holm has been applied across m arms),
+    the test used ("welch" or "paired"), and the test's standard error and df (None where
+    no t-test ran)."""
 
     diff: float
     ci: tuple[float, float]
@@ -48,6 +52,9 @@ class Difference:
     mdd: float | None
     test: str
     p_holm: float | None = None
+    se: float | None = None
+    df: float | None = None
+    alpha: float = ALPHA
 
     def verdict(self, higher_is_better: bool | None = None) -> str:
         """'higher (p=0.01)', 'lower (p=0.03)' on Holm's p when given, else the raw p; or 'no
@@ -147,7 +154,8 @@ def welch(arm: Sequence[float], base: Sequence[float], confidence: float = 0.95)
     df = se2**2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
     p = float(2 * stats.t.sf(abs(diff) / se, df))  # = scipy's ttest_ind(equal_var=False)
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
-    return Difference(diff, (diff - half, diff + half), p, detectable_difference(se, df), "welch")
+    mdd = detectable_difference(se, df)
+    return Difference(diff, (diff - half, diff + half), p, mdd, "welch", se=se, df=df)
 
 
 def smallest_p(n_arm: int, n_base: int) -> float:
@@ -203,7 +211,8 @@ def paired(arm: dict, base: dict, confidence: float = 0.95) -> Difference:
     se, df = sd / math.sqrt(len(d)), len(d) - 1
     p = float(2 * stats.t.sf(abs(diff) / se, df))  # = scipy's ttest_rel
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
-    return Difference(diff, (diff - half, diff + half), p, detectable_difference(se, df), "paired")
+    mdd = detectable_difference(se, df)
+    return Difference(diff, (diff - half, diff + half), p, mdd, "paired", se=se, df=df)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -219,15 +228,19 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def with_holm(differences: Sequence[Difference | None]) -> list[Difference | None]:
-    """The same differences with p_holm filled in across all of them (None entries kept)."""
+    """The same differences with p_holm filled in across all of them (None entries kept), and
+    each t-test's minimum detectable difference recomputed at alpha / m, m the number tested:
+    the alpha a verdict on Holm's p can rely on for every arm of the family."""
     tested = [d for d in differences if d is not None and not math.isnan(d.p)]
     adjusted = iter(holm([d.p for d in tested]))
+    alpha = ALPHA / max(1, len(tested))
     out = []
     for d in differences:
         if d is None or math.isnan(d.p):  # untested (no spread): not counted in Holm's m
             out.append(d)
             continue
-        out.append(Difference(d.diff, d.ci, d.p, d.mdd, d.test, next(adjusted)))
+        mdd = d.mdd if d.se is None else detectable_difference(d.se, d.df, POWER, alpha)
+        out.append(replace(d, p_holm=next(adjusted), mdd=mdd, alpha=alpha))
     return out
 
 
