@@ -190,8 +190,8 @@ def statistics_table(
     """Header + one row per group: n, mean, std, 95% CI, and against the baseline the difference
     with its 95% CI, the test's p, Holm's p across the arms of this table, the minimum detectable
     difference at 80% power at alpha 0.05 / (arms tested) and the verdict
-    (attnlab.analysis.stats); the verdict of a group in `still_improving` (or against such a baseline) is marked (†), and the header gives
-    attnlab.analysis.budget's note once.
+    (attnlab.analysis.stats); the verdict of a group in `still_improving` (or against such a
+    baseline) is marked (†), and the header gives attnlab.analysis.budget's note once.
     ValueError when a paired test meets groups of different seeds."""
     from attnlab.analysis import stats
     from attnlab.analysis.budget import NOTE

@@ -22,7 +22,8 @@ values, else the first group) the difference with its
 95% interval, Welch's t-test p (--paired: the paired t-test over seeds, for arms that share seeds
 and data order), Holm's correction across the arms of one table, the minimum detectable
 difference at 80% power at 0.05 / (arms tested), and a verdict whose wording the tool decides:
-"higher (p=0.01)", "lower (p=0.03)" or "no difference detected; this n would miss differences under 1.9".
+"higher (p=0.01)", "lower (p=0.03)" or "no difference detected; this n would miss
+differences under 1.9".
 
     attnlab-compare outputs/repro/heads --metric test/bleu --baseline model.n_heads=8
     attnlab-compare outputs/repro/heads --metric test/bleu --plan 0.9     # the sweep planner
