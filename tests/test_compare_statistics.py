@@ -79,6 +79,36 @@ def test_a_familys_detectable_difference_is_at_the_alpha_its_verdict_uses():
     assert plan.seeds_per_arm == 4 and plan.power == pytest.approx(0.8, abs=1e-4)
 
 
+def test_equivalence_is_two_one_sided_tests_and_refused_where_the_interval_crosses_the_margin():
+    """TOST within +-margin on Welch's test: p is the larger of scipy's two one-sided Welch
+    tests on the shifted arm; the 90% interval inside the margin is the same decision; a
+    margin the interval crosses is refused ('not shown equivalent'), whatever the p of the
+    ordinary test (here p = 0.7: no difference detected is not equivalence)."""
+    a, b = [31.82, 31.95, 32.02, 31.88], [31.90, 31.79, 32.01, 31.93]
+    for margin in (0.3, 0.05):
+        e = stats.tost(stats.welch(a, b), margin)
+        shifted = [x + margin for x in a], [x - margin for x in a]
+        above = sps.ttest_ind(shifted[0], b, equal_var=False, alternative="greater").pvalue
+        below = sps.ttest_ind(shifted[1], b, equal_var=False, alternative="less").pvalue
+        assert e.p == pytest.approx(max(above, below))
+        assert (e.p < 0.05) == (-margin < e.ci90[0] and e.ci90[1] < margin)
+    assert stats.tost(stats.welch(a, b), 0.3).verdict().startswith("equivalent within +-0.3 (p=")
+    wide = stats.tost(stats.welch(a, b), 0.05)
+    assert stats.welch(a, b).p > 0.5 and wide.verdict().startswith(
+        "not shown equivalent within +-0.05: the 90% interval ["
+    )
+    paired = stats.tost(stats.paired(dict(enumerate(a)), dict(enumerate(b))), 0.3)
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    assert paired.p == pytest.approx(max(
+        sps.ttest_1samp(d, -0.3, alternative="greater").pvalue,
+        sps.ttest_1samp(d, 0.3, alternative="less").pvalue))  # fmt: skip
+    assert stats.tost(stats.welch([1.0, 1.0], [2.0, 2.0]), 0.3) is None  # no spread: no test
+    holm = stats.tost_with_holm([wide, None, stats.tost(stats.welch(a, b), 0.3)])
+    assert holm[1] is None and holm[0].p_holm == pytest.approx(min(1, wide.p))
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        stats.tost(stats.welch(a, b), 0.0)
+
+
 def test_paired_test_uses_per_seed_differences_and_needs_the_same_seeds():
     arm, base = {1: 1.0, 2: 2.0, 3: 3.5}, {1: 0.5, 2: 1.2, 3: 3.0}
     d = stats.paired(arm, base)
@@ -172,6 +202,13 @@ def test_compare_prints_and_writes_interval_p_and_detectable_difference(sweep, t
     assert f"test/bleu ({report.EXPLORATORY})" in printed.replace("\n", " ")
     md = (out / "comparison.md").read_text()
     assert "## Statistics" in md and "MDD (80% power, alpha 0.025)" in md
+    assert compare.main([*argv, "--equivalence", "1.5"]) == 0  # TOST beside the Welch table
+    printed = capsys.readouterr().out
+    assert "test/bleu (exploratory: not named in the sweep file before the runs): equivalence " \
+           "to n_heads=8 within +-1.5" in printed.replace("\n  ", " ")  # fmt: skip
+    assert "not shown equivalent within +-1.5" in printed  # h = 16, 8 BLEU below
+    md = (out / "comparison.md").read_text()
+    assert "| model.n_heads | n | diff vs n_heads=8 | 90% CI of diff | p (TOST, +-1.5) |" in md
     assert float(rows["1"]["test/bleu_mdd"]) == pytest.approx(stats.with_holm(
         [stats.welch(H1, H8), stats.welch((20.1, 20.4, 19.8), H8)])[0].mdd)  # fmt: skip
 
@@ -240,6 +277,7 @@ def test_planner_counts_the_comparisons_holm_will_correct_for():
         (["--baseline", "model.d_model=3"], "expected KEY=VALUE with KEY one of: model.n_heads"),
         (["--paired", "--baseline", "n_heads=8"], "a paired test needs the same seeds"),
         (["--plan", "-1"], "--plan -1.0 is not valid; expected a difference > 0"),
+        (["--equivalence", "0"], "--equivalence 0 is not valid; expected a margin > 0"),
     ],
 )
 def test_bad_statistics_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, message):

@@ -117,7 +117,7 @@ STUDY = {
         "extend": 2,
     },  # fmt: skip
     "seeds": [1, 2],
-    "primary": {"metric": "test/score", "baseline": {"arm": "a"}, "test": "welch"},
+    "primary": {"metric": "test/score", "baseline": {"arm": "a"}, "test": "welch", "margin": 5},
     "command": ["${interpreter}", "${program}", "${args_no_hyphens}"],
 }
 
@@ -245,6 +245,8 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     assert "test/score, confirmatory (named in the study file before the runs)" in md
     assert "### test/other, exploratory" in md and "| arm=a | 0.004 |" in md
     assert "stage 2 reuses stage 1's runs of the same config and seed" in md
+    assert "Equivalence within +-5 (two one-sided tests" in md  # the file's margin
+    assert "| b | 0.128 | 2 | 0.994 |" in md.split("Equivalence within +-5")[1]
     roles = {r[0] + " " + r[1] for r in csv.reader(open(tmp_path / "report" / "study.csv"))}
     assert roles == {"role metric", "confirmatory test/score", "exploratory test/other"}
     assert (tmp_path / "report" / "tuning.png").stat().st_size > 0
@@ -252,6 +254,7 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     assert "test/score (confirmatory: named in the sweep file before the runs)" in compared
     assert "test/other (exploratory: not named in the sweep file before the runs)" in compared
     assert compare.main([str(calm), "--metric", "test/other"]) == 2  # not its primary
+    assert compare.main([str(calm), "--equivalence", "1"]) == 2  # its margin is the file's
 
     # The same study, killed in stage 1 (its 4th trial) and in stage 2 (its 2nd)
     crashed, kill = tmp_path / "crashed", tmp_path / "kill.json"

@@ -225,6 +225,38 @@ def statistics_table(
     return rows
 
 
+def equivalence_rows(
+    groups: Sequence[Group],
+    keys: Sequence[str],
+    metric: str,
+    baseline: Group,
+    margin: float,
+    paired: bool = False,
+) -> list[list[str]]:
+    """Header + one row per arm but the baseline: the difference, its 90% interval, the
+    equivalence test's p within +-margin (TOST on the same t-test as the statistics table),
+    Holm's p across the arms, and the verdict (attnlab.analysis.stats.tost)."""
+    from attnlab.analysis import stats
+
+    names = short_names(keys)
+    header = [*keys] if keys else ["group"]
+    header += ["n", f"diff vs {group_label(baseline, names)}", "90% CI of diff"]
+    header += [f"p (TOST, +-{margin:g})", "p (Holm)", "verdict"]
+    arms = [g for g in groups if g is not baseline]
+    diffs = [_difference(g, baseline, metric, paired) for g in arms]
+    tests = stats.tost_with_holm([None if d is None else stats.tost(d, margin) for d in diffs])
+    rows = [header]
+    for g, e in zip(arms, tests, strict=True):
+        row = [fmt_value(g.values[k]) for k in keys] or ["all runs"]
+        row.append(str(len(_values(g, metric))))
+        if e is None:
+            rows.append([*row, "", "", "", "", "no t-test (fewer than 2 runs, or no spread)"])
+            continue
+        row += [fmt_number(e.diff), _interval(e.ci90), stats.fmt_p(e.p)]
+        rows.append([*row, stats.fmt_p(e.p_holm), e.verdict()])
+    return rows
+
+
 LATE = "(†)"  # marks a row whose arm (or baseline) was still improving at the end
 _SHORT = (
     ("no difference detected; this n would miss differences under ", "not detected, MDD "),

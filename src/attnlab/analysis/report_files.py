@@ -23,6 +23,16 @@ def statistics_title(metric: str, c, paired: bool) -> str:
     )
 
 
+def equivalence_title(metric: str, c, paired: bool) -> str:
+    test = "the paired t-test" if paired else "Welch's t-test"
+    label = group_label(c.baseline, short_names(c.keys))
+    standing = report.EXPLORATORY  # a margin from the command line (a study's: compare_study)
+    return (
+        f"{metric} ({standing}): equivalence to {label} within +-{c.margin:g}: two one-sided "
+        f"tests (TOST) on {test}, the 90% interval of the difference, Holm across the arms"
+    )
+
+
 def write_report(out: Path, table, c, args) -> list[Path]:
     """comparison.csv, runs.csv, the plots and comparison.md under `out`; the files written."""
     from attnlab.analysis.plots import plot_curves, plot_final
@@ -55,6 +65,9 @@ def write_report(out: Path, table, c, args) -> list[Path]:
     runs = report.run_rows(groups, names, headline, out)
     images = [p for p in written if p.suffix == ".png"]
     statistics = [(statistics_title(m, c, args.paired), rows) for m, rows in c.statistics.items()]
+    for m, rows in getattr(c, "equivalence", {}).items():  # --equivalence: after its metric's
+        at = next(i for i, (title, _) in enumerate(statistics) if title.startswith(f"{m} ("))
+        statistics.insert(at + 1, (equivalence_title(m, c, args.paired), rows))
     statistics = lr_sections + statistics
     report.write_markdown(
         out / "comparison.md", c.title, table, runs, c.unreadable, images, extra_tables,

@@ -245,6 +245,58 @@ def with_holm(differences: Sequence[Difference | None]) -> list[Difference | Non
 
 
 @dataclass(frozen=True)
+class Equivalence:
+    """Two one-sided tests (TOST; Schuirmann 1987) of |mean(arm) - mean(baseline)| < margin on
+    the t-test of `Difference` d (Welch's or the paired one, the same se and df): p is the
+    larger of the two one-sided p values, the 90% interval is the one whose inclusion in
+    (-margin, margin) is the same decision at alpha 0.05; p_holm is Holm's across the arms."""
+
+    diff: float
+    ci90: tuple[float, float]
+    p: float
+    margin: float
+    test: str
+    p_holm: float | None = None
+
+    def verdict(self) -> str:
+        """'equivalent within +-M (p=0.01)', or 'not shown equivalent within +-M: the 90%
+        interval [a, b] reaches beyond it' (on Holm's p when given)."""
+        p = self.p if self.p_holm is None else self.p_holm
+        if p < ALPHA:
+            shown = fmt_p(p)
+            shown = shown if shown.startswith("<") else f"={shown}"
+            return f"equivalent within +-{self.margin:g} (p{shown})"
+        lo, hi = self.ci90
+        return (
+            f"not shown equivalent within +-{self.margin:g}: the 90% interval "
+            f"[{lo:.3g}, {hi:.3g}] reaches beyond it"
+        )
+
+
+def tost(d: Difference, margin: float) -> Equivalence | None:
+    """The equivalence test of a t-test's difference within +-margin (margin > 0): p = max(
+    P(T > (diff + margin) / se), P(T < (diff - margin) / se)), T ~ t(df). None where no
+    t-test exists (a group without spread: then no interval supports equivalence)."""
+    from scipy import stats
+
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be > 0, not {margin}")
+    if d.se is None or d.df is None:
+        return None
+    lower = float(stats.t.sf((d.diff + margin) / d.se, d.df))  # H0: diff <= -margin
+    upper = float(stats.t.cdf((d.diff - margin) / d.se, d.df))  # H0: diff >= +margin
+    half = float(stats.t.ppf(1 - ALPHA, d.df)) * d.se
+    return Equivalence(d.diff, (d.diff - half, d.diff + half), max(lower, upper), margin, d.test)
+
+
+def tost_with_holm(tests: Sequence[Equivalence | None]) -> list[Equivalence | None]:
+    """The same equivalence tests with Holm's adjusted p filled in across them."""
+    tested = [e for e in tests if e is not None]
+    adjusted = iter(holm([e.p for e in tested]))
+    return [None if e is None else replace(e, p_holm=next(adjusted)) for e in tests]
+
+
+@dataclass(frozen=True)
 class Plan:
     """Seeds per arm to detect `delta` with `power` at two-sided `alpha` (Holm's first step:
     ALPHA / comparisons), from a pilot's pooled std and from the upper 80% confidence bound

@@ -69,7 +69,7 @@ from attnlab.analysis.groups import (
 )
 from attnlab.analysis.lr_report import LRStudy
 from attnlab.analysis.planner import plan_text
-from attnlab.analysis.report_files import statistics_title, write_report
+from attnlab.analysis.report_files import equivalence_title, statistics_title, write_report
 from attnlab.analysis.run_table import read_runs_csv
 from attnlab.analysis.runs import (
     Run,
@@ -160,6 +160,14 @@ def print_console(c: Comparison, table: list[list[str]], args: argparse.Namespac
         for line in (arms, note):
             if line:
                 print(console_lines(line))
+        if metric in c.equivalence:
+            print()
+            print(console_lines(equivalence_title(metric, c, args.paired)))
+            print(
+                text_table(
+                    fit_console(c.equivalence[metric], c.equivalence[metric][0].index("n"))[0]
+                )
+            )
     for line in c.budget_notes():
         print(console_lines(line))
     hidden = [m for m in c.statistics if m != c.headline]
@@ -206,6 +214,8 @@ class Comparison:
     still_improving: list = field(default_factory=list)
     lr: LRStudy | None = None
     primary: str | None = None  # the sweep file's `primary:` metric (confirmatory)
+    equivalence: dict[str, list[list[str]]] = field(default_factory=dict)  # --equivalence
+    margin: float | None = None
 
     @property
     def title(self) -> str:
@@ -271,12 +281,20 @@ def compare(args: argparse.Namespace) -> Comparison:
             for m in [headline, *tests]
             if m
         }
+        margin = args.equivalence
+        if margin is not None and not margin > 0:
+            raise ValueError(f"--equivalence {margin:g} is not valid; expected a margin > 0")
+        equivalent = {
+            m: report.equivalence_rows(table_groups, table_keys, m, baseline, margin, args.paired)
+            for m in (statistics if margin is not None else ())
+        }
     except ValueError as err:
         raise CompareError(str(err)) from None
     primary = sweep_file.spec_primary(spec)
     return Comparison(
-        runs, unreadable, keys, groups, headline, tests, baseline, statistics, late, lr, primary
-    )
+        runs, unreadable, keys, groups, headline, tests, baseline, statistics, late, lr, primary,
+        equivalent, margin,
+    )  # fmt: skip
 
 
 def _late(group) -> bool:
@@ -346,6 +364,7 @@ def markdown_tables(c: Comparison) -> dict[str, str]:
     from attnlab.analysis.extrapolation import extrapolation_table, length_metrics
 
     tables = {f"statistics {m}": markdown_table(rows) for m, rows in c.statistics.items()}
+    tables |= {f"equivalence {m}": markdown_table(rows) for m, rows in c.equivalence.items()}
     if c.lr is not None:
         tables |= {f"{k} {c.lr.metric}": markdown_table(t) for k, t in c.lr.tables().items()}
     names = short_names(c.keys)

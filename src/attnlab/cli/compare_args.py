@@ -96,6 +96,14 @@ def _add_statistics_arguments(p: argparse.ArgumentParser) -> None:
         help="paired t-test over seeds (arms that share seeds and data order) instead of Welch's",
     )
     p.add_argument(
+        "--equivalence",
+        type=float,
+        metavar="DELTA",
+        help="also test each arm's equivalence to the baseline within +-DELTA (two one-sided "
+        "tests on the same t-test, the 90%% interval, Holm across the arms): 'equivalent "
+        "within +-DELTA' is claimed only where it passes",
+    )
+    p.add_argument(
         "--plan",
         type=float,
         metavar="DELTA",

@@ -58,6 +58,11 @@ def _main(args: argparse.Namespace, out_dir, cm) -> int:
             f"--metric {args.metric}: a study is compared on its primary metric, "
             f"{primary.metric}, named before the runs (the others are in its exploratory tables)"
         )
+    if getattr(args, "equivalence", None) is not None:
+        raise ValueError(
+            "--equivalence: a study's equivalence margin is its `primary: {margin: ...}`, named "
+            "before the runs"
+        )
     choices = read_choice(folder, arm_grid(spec))
     if choices is None:
         print(
@@ -68,6 +73,7 @@ def _main(args: argparse.Namespace, out_dir, cm) -> int:
     stage2 = argparse.Namespace(**{**vars(args), "paths": [str(folder / "seeds")]})
     stage2.metric, stage2.paired = primary.metric, primary.test == "paired"
     stage2.baseline = [f"{k}={v}" for k, v in primary.baseline.items()]
+    stage2.equivalence = primary.margin  # the file's margin: the TOST is confirmatory too
     c = cm.compare(stage2)
     names = short_names(c.keys)
     tuned_values = {
@@ -145,6 +151,15 @@ def _stage_two(c, study, spec, folder: Path, names):
     md.append("")
     rows = [["role", "metric", *c.statistics[primary.metric][0]]]
     rows += [["confirmatory", primary.metric, *r] for r in c.statistics[primary.metric][1:]]
+    if primary.metric in c.equivalence:  # primary: {margin: M}
+        table = c.equivalence[primary.metric]
+        md.append(
+            f"Equivalence within +-{primary.margin:g} (two one-sided tests on the same t-test, "
+            f"90% interval, Holm across the arms), {study_report.CONFIRMATORY}:"
+        )
+        md += ["", markdown_table(table), ""]
+        rows += [["role", "metric", *table[0]]]
+        rows += [["confirmatory", primary.metric, *r] for r in table[1:]]
     for metric, table in c.statistics.items():
         if metric == primary.metric:
             continue
@@ -187,6 +202,10 @@ def _print(c, study, choices, tuned_values, names) -> None:
     print(text_table(narrow))
     if note:
         print(console_lines(note))
+    if primary.metric in c.equivalence:
+        print(console_lines(f"equivalence within +-{primary.margin:g} (TOST), "
+                            f"{study_report.CONFIRMATORY}:"))  # fmt: skip
+        print(text_table(c.equivalence[primary.metric]))
     others = [m for m in c.statistics if m != primary.metric]
     if others:
         print(f"({len(others)} exploratory metrics' tables in study.md)")
