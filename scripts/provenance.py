@@ -7,9 +7,15 @@ metrics are compared.
 
 The commit's code runs from a git worktree (PYTHONPATH and ATTNLAB_CONF_DIR point into it; the
 installed packages are this checkout's), both runs from this checkout's folder so that data
-paths such as ../shared/data resolve alike. A section is "identical" when every val/, test/ and
-train/ metric the two share is equal (throughput and time excepted), else the largest relative
-difference is printed with its metric.
+paths such as ../shared/data resolve alike. A section is "identical" when every metric the two
+share is equal (throughput and time excepted), else the largest relative difference is printed
+with its metric. Compared: the val/, test/ and train/ metrics, the per-length metrics
+(results.json's "extrapolation", as length/<L>/<name>: sections 1a-1e rest on them) and, for the
+translation sections whose claims rest on attnlab-eval (3a, 3c, 4), an attnlab-eval of the short
+run's last checkpoint with beam 4, length penalty 0.6, on the first 64 test sentences (eval/*).
+Each row says how many of each family it compared. Every commit that a section's CSVs
+(docs/results/) name is checked, not only the section's main one: a further commit runs the
+section's first trial with the file and code at that commit.
 
     python scripts/provenance.py [--sections 2,6] [--data-root ../shared/data/multi30k] \
         [--out /tmp/provenance] [--steps 20]
@@ -51,7 +57,25 @@ SECTIONS = {
     "6a": ("daea834", "classic_bugs", (0,)),
     "6b": ("daea834", "attn_scale", (0,)),
 }
+# section -> its CSVs in docs/results/ (every commit their git_commit column names is checked)
+CSVS = {
+    "1a": ("extrapolation_decoder_only",),
+    "1b": ("extrapolation_encoder_decoder",),
+    "1d": ("alibi_shape",),
+    "1e": ("arch_matched_copy", "arch_matched_copy_best"),
+    "1f": ("arch_matched_multi30k", "arch_matched_multi30k_best"),
+    "2": ("lr_sensitivity",),
+    "2g": ("grad_norms_init",),
+    "2w": ("lr_width",),
+    "3a": ("heads_avg5",),
+    "3a-lr": ("heads_lr", "heads_rate"),
+    "3c": ("heads_best",),
+    "4": ("label_smoothing", "decoding", "averaging", "heads"),
+    "6a": ("classic_bugs",),
+    "6b": ("attn_scale_dk16", "attn_scale_dk64", "attn_scale_dk128"),
+}
 MULTI30K = {"1f", "3a", "3a-lr", "3c", "4"}  # need data.root
+EVALUATED = {"3a", "3c", "4"}  # claims on attnlab-eval's BLEU files
 IGNORED = ("tokens_per_sec", "time/", "elapsed")
 LABEL = (
     "experiment",
@@ -121,12 +145,83 @@ def run(code: Path, overrides: list[str], run_dir: Path) -> dict:
     return json.loads(results.read_text())
 
 
-def compare(old: dict, new: dict) -> tuple[str, int]:
-    """'identical' or the largest relative difference and its metric; the metrics compared."""
-    a, b = old["metrics"], new["metrics"]
+FAMILIES = ("val", "test", "train", "length", "eval")
+
+
+def metrics_of(results: dict) -> dict:
+    """A run's comparable metrics: results.json's metrics, its per-length metrics as
+    length/<L>/<name>, and an evaluation's scores (`eval`, added by evaluate()) as eval/<name>."""
+    out = dict(results.get("metrics") or {})
+    for length, scores in (results.get("extrapolation") or {}).items():
+        for name, value in (scores or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"length/{length}/{name}"] = value
+    for name, value in (results.get("eval") or {}).items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[f"eval/{name}"] = value
+    return out
+
+
+def families(keys: list[str]) -> str:
+    """'val 4, test 6, length 12': how many metrics of each family were compared."""
+    counts = {f: sum(k.split("/")[0] == f for k in keys) for f in FAMILIES}
+    return ", ".join(f"{f} {n}" for f, n in counts.items() if n)
+
+
+def commits_named(section: str) -> list[str]:
+    """The commits (7 characters) the section's CSVs name, in order of first appearance."""
+    import csv
+
+    found: dict[str, None] = {}
+    for name in CSVS.get(section, ()):
+        with open(REPO / "docs" / "results" / f"{name}.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("git_commit"):
+                    found.setdefault(row["git_commit"][:7], None)
+    return list(found)
+
+
+def evaluate(code: Path, run_dir: Path, sample: tuple[Path, Path]) -> dict:
+    """attnlab-eval (from the code under `code`) of the run's last checkpoint, beam 4, length
+    penalty 0.6, on the sampled sentences; its scores."""
+    env = {**os.environ, "PYTHONPATH": str(code / "src"), "WANDB_MODE": "disabled"}
+    env["ATTNLAB_CONF_DIR"] = str(code / "conf")
+    out = run_dir / "eval" / "provenance"
+    argv = [sys.executable, "-c", "from attnlab.cli.eval import main; main()"]
+    argv += [f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", f"src_file={sample[0]}"]
+    argv += [f"ref_file={sample[1]}", "decode.beam_size=4", "decode.length_penalty=0.6"]
+    argv += [f"out={out}", "device=cpu"]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    written = out.with_name(out.name + ".json")
+    if done.returncode != 0 or not written.exists():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"attnlab-eval exit {done.returncode}: {tail[0]}")
+    scores = json.loads(written.read_text())
+    return {k: scores[k] for k in ("bleu", "chrf", "chrf++", "nll", "perplexity") if k in scores}
+
+
+def test_sample(data_root: Path, out: Path, lines: int = 64) -> tuple[Path, Path]:
+    """The first `lines` sentences of Multi30K's test split as plain files under `out`."""
+    import gzip
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for lang in ("en", "de"):
+        with gzip.open(data_root / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            text = [next(f) for _ in range(lines)]
+        path = out / f"test{lines}.{lang}"
+        path.write_text("".join(text), encoding="utf-8")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def compare(old: dict, new: dict) -> tuple[str, int, str]:
+    """'identical' or the largest relative difference and its metric; the number of metrics
+    compared; their families ('val 4, test 6, length 12')."""
+    a, b = metrics_of(old), metrics_of(new)
     keys = [
         k for k in sorted(set(a) & set(b))
-        if k.split("/")[0] in ("val", "test", "train") and not any(i in k for i in IGNORED)
+        if k.split("/")[0] in FAMILIES and not any(i in k for i in IGNORED)
     ]  # fmt: skip
     worst, where = 0.0, ""
     for k in keys:
@@ -136,7 +231,8 @@ def compare(old: dict, new: dict) -> tuple[str, int]:
         rel = abs(x - y) / max(abs(x), abs(y), 1e-12)
         if rel > worst:
             worst, where = rel, f"{k}: {x:.7g} vs {y:.7g}"
-    return ("identical" if not where else f"differs, largest {worst:.2g} ({where})"), len(keys)
+    verdict = "identical" if not where else f"differs, largest {worst:.2g} ({where})"
+    return verdict, len(keys), families(keys)
 
 
 def main() -> int:
@@ -154,26 +250,36 @@ def main() -> int:
         return 2
     short = [f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={args.steps}"]
     short += ["trainer.limit_test_batches=2", "trainer.limit_val_batches=4"]
-    print(f"| section | commit | run | {args.steps}-step run at the commit and at HEAD |")
-    print("| --- | --- | --- | --- |")
+    print(f"| section | commit | run | {args.steps}-step run at the commit and at HEAD | "
+          "metrics compared |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- |")
     failed = 0
     for section in chosen:
-        commit, sweep, indices = SECTIONS[section]
-        data = [f"data.root={Path(args.data_root).resolve()}"] if section in MULTI30K else []
-        for index in indices:
-            overrides = trial_overrides(commit, sweep, index) + short + data
-            now = trial_overrides("HEAD", sweep, index) + short + data
+        main_commit, sweep, indices = SECTIONS[section]
+        root = Path(args.data_root).resolve()
+        data = [f"data.root={root}"] if section in MULTI30K else []
+        sample = test_sample(root, args.out) if section in EVALUATED else None
+        named = [c for c in commits_named(section) if not main_commit.startswith(c)]
+        checks = [(main_commit, i) for i in indices] + [(c, indices[0]) for c in named]
+        for commit, index in checks:
             where = f"{section}-{index}"
+            label, families_ = "", ""
             try:
-                old = run(worktree(commit, args.out), overrides, args.out / f"{where}-{commit}")
+                overrides = trial_overrides(commit, sweep, index) + short + data
+                now = trial_overrides("HEAD", sweep, index) + short + data
+                label = " ".join(o for o in overrides if o.split("=")[0] in LABEL)
+                then_code = worktree(commit, args.out)
+                old = run(then_code, overrides, args.out / f"{where}-{commit}")
                 new = run(REPO, now, args.out / f"{where}-HEAD")
-                verdict, n = compare(old, new)
+                if sample is not None:
+                    old["eval"] = evaluate(then_code, args.out / f"{where}-{commit}", sample)
+                    new["eval"] = evaluate(REPO, args.out / f"{where}-HEAD", sample)
+                verdict, n, families_ = compare(old, new)
                 verdict = f"{verdict} ({n} metrics; HEAD {str(new.get('git_commit'))[:7]})"
             except (RuntimeError, subprocess.CalledProcessError) as err:
                 verdict, failed = f"not compared: {err}", failed + 1
-            label = " ".join(o for o in overrides if o.split("=")[0] in LABEL)
-            print(f"| {section} | {commit} | `{sweep}` trial {index} ({label}) | {verdict} |",
-                  flush=True)  # fmt: skip
+            print(f"| {section} | {commit} | `{sweep}` trial {index} ({label}) | {verdict} | "
+                  f"{families_} |", flush=True)  # fmt: skip
     return 1 if failed else 0
 
 
