@@ -259,6 +259,13 @@ def test_help_lists_the_config_groups_and_options(tmp_path_factory):
     )  # the shipped ones among them
     for group in ("data:", "optim:", "trainer:", "logger:", "callbacks:", "experiment:"):
         assert f"\n{group} " in proc["stdout"], group
+    # each key's meaning beside its default, from the schema's own comments
+    config = proc["stdout"].split("== Config ==")[1]
+    assert re.search(r"\n  n_heads: 4 +# h: parallel attention heads \(Sec\. 3\.2\.2\)\n", config)
+    assert re.search(r"\n  warmup_steps: 100 +# steps of linear warmup from 0 to peak_lr", config)
+    assert re.search(r"\n  batch_size: 64 +# global, over all DDP ranks\n", config)  # synthetic's
+    assert re.search(r"\n  max_steps: 1000 +# lightning.Trainer's argument\n", config)
+    assert max(len(line) for line in config.splitlines()) <= 100
 
 
 @pytest.mark.parametrize(

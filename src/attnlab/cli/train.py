@@ -68,9 +68,31 @@ def _main() -> None:
     sys.argv[1:] = open_mapping_overrides(sys.argv[1:])  # model.pos.<option>= (a component's)
     jobs = preflight(sys.argv[1:], conf_dir(), prog=PROG)
     if not _is_multirun(sys.argv[1:]):
-        hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")(_task)()
+        run = hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
+        if {"--help", "-h"} & set(sys.argv[1:]):
+            _help_with_meanings(run(_task))
+        run(_task)()
         sys.exit(exit_code(_EXIT_STATUSES))
     sys.exit(_multirun(jobs))
+
+
+def _help_with_meanings(app) -> None:
+    """Hydra's --help, with each config key's one-line meaning (the schema's own comment,
+    attnlab.config.key_help) beside its default; exits as Hydra's help does."""
+    import contextlib
+    import io
+
+    from attnlab.config.key_help import annotate
+
+    printed, code = io.StringIO(), 0
+    with contextlib.redirect_stdout(printed):
+        try:
+            app()
+        except SystemExit as stop:
+            code = stop.code or 0
+    head, marker, config = printed.getvalue().partition("== Config ==\n")
+    print(head + marker + annotate(config) if marker else head, end="")
+    sys.exit(code)
 
 
 def _add_override(override: str) -> None:

@@ -57,8 +57,8 @@ class ModuleConfig:
     (attnlab.training.gradients): every_step reads the norm back each step; logging_steps
     skips such an update on the device and reads the flag on the logging steps only."""
 
-    _target_: str | None = None
-    divergence_check: str = "every_step"  # attnlab.training.gradients.DIVERGENCE_CHECKS
+    _target_: str | None = None  # a LightningModule of your own; null: TransformerModule
+    divergence_check: str = "every_step"  # every_step or logging_steps: when a bad step is seen
 
 
 @dataclass
@@ -69,8 +69,8 @@ class LossConfig:
     so DDP computes the same gradient as one process) or of each rank's share (tokens: DDP then
     averages the ranks' means, which differs when ranks hold different numbers of tokens)."""
 
-    label_smoothing: float = 0.1
-    normalize: str = "tokens_global"  # attnlab.training.options.LOSS_NORMALIZATIONS
+    label_smoothing: float = 0.1  # eps_ls (Sec. 5.4); 0: plain cross-entropy
+    normalize: str = "tokens_global"  # tokens_global (all ranks' target tokens) or tokens
     # z-loss (Chowdhery et al., 2022, PaLM: 1e-4): + z_loss * mean (log Z)^2 over the target
     # tokens, log Z the output's log-partition; 0: off. Never part of the nll metrics.
     z_loss: float = 0.0
@@ -89,10 +89,10 @@ class WandbConfig:
 
     _target_: str = "attnlab.runs.loggers.wandb_logger"
     _partial_: bool = True
-    project: str = "attnlab"
-    entity: str | None = None
-    offline: bool = False
-    log_model: bool = False
+    project: str = "attnlab"  # W&B project
+    entity: str | None = None  # W&B team or user; null: the account's default
+    offline: bool = False  # never try to upload (wandb sync later)
+    log_model: bool = False  # upload checkpoints as W&B artifacts
 
 
 @dataclass
@@ -102,7 +102,7 @@ class TensorBoardConfig:
 
     _target_: str = "attnlab.runs.loggers.tensorboard_logger"
     _partial_: bool = True
-    subdir: str = "tensorboard"
+    subdir: str = "tensorboard"  # event files' folder inside the run folder
 
 
 @dataclass
@@ -110,15 +110,15 @@ class LoggerConfig:
     """Loggers besides the CSV one (metrics.csv is always written); several at once with
     logger=[wandb,tensorboard]."""
 
-    wandb: WandbConfig | None = None
-    tensorboard: TensorBoardConfig | None = None
+    wandb: WandbConfig | None = None  # Weights & Biases (logger=wandb); null: off
+    tensorboard: TensorBoardConfig | None = None  # TensorBoard (logger=tensorboard); null: off
 
 
 @dataclass
 class PathsConfig:
-    root: str = "outputs"
-    multirun_root: str = "multirun"
-    run_dir: str = "${hydra:runtime.output_dir}"
+    root: str = "outputs"  # where single runs' folders go
+    multirun_root: str = "multirun"  # where -m sweeps' folders go
+    run_dir: str = "${hydra:runtime.output_dir}"  # this run's folder (Hydra's output dir)
 
 
 @dataclass
@@ -126,36 +126,36 @@ class CheckpointConfig:
     """Periodic checkpoints for resumption and averaging (the paper: every 10 minutes, the
     last 5 averaged). Written into <run_dir>/checkpoints, atomically."""
 
-    every_n_steps: int | None = 500
-    every_minutes: float | None = 10.0
-    keep_last: int = 5
+    every_n_steps: int | None = 500  # a checkpoint every N optimizer steps; null: never by steps
+    every_minutes: float | None = 10.0  # and every M minutes of wall time; null: never by time
+    keep_last: int = 5  # periodic checkpoints kept (averaging reads the last ones)
 
 
 @dataclass
 class TrainConfig:
-    name: str = "default"
-    group: str | None = None
-    tags: list[str] = field(default_factory=list)
-    run_name: str | None = None
-    seed: int = 1
+    name: str = "default"  # the experiment's name (outputs/<name>/..., the W&B job type)
+    group: str | None = None  # W&B group; a multirun's jobs share one (null: the name)
+    tags: list[str] = field(default_factory=list)  # W&B tags
+    run_name: str | None = None  # the run folder's name; null: from the overrides
+    seed: int = 1  # seeds the weights, the data order and dropout
     torch_threads: int | None = None  # torch.set_num_threads; None: torch's default
     # Greedy exact match on every evaluation; null: the data module's `exact_match` attribute
     # (True for the synthetic tasks; text has none: BLEU measures it).
     exact_match: bool | None = None
-    model: ModelConfig = MISSING
-    data: Any = MISSING
+    model: ModelConfig = MISSING  # the model group (conf/model): attnlab.model.config
+    data: Any = MISSING  # the data group (conf/data): attnlab.data.configs
     # The optimizer and the schedule are classes named by `_target_` (conf/optim, conf/scheduler),
     # each checking its own arguments: attnlab.training.optimizer, attnlab.training.schedules.
-    optim: Any = MISSING
-    scheduler: Any = MISSING
-    module: ModuleConfig = field(default_factory=ModuleConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    trainer: TrainerConfig = MISSING
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    callbacks: dict[str, Any] = field(default_factory=dict)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    optim: Any = MISSING  # the optimizer (conf/optim): its class and arguments
+    scheduler: Any = MISSING  # the learning-rate schedule (conf/scheduler): class and arguments
+    module: ModuleConfig = field(default_factory=ModuleConfig)  # the LightningModule
+    loss: LossConfig = field(default_factory=LossConfig)  # the training loss
+    trainer: TrainerConfig = MISSING  # lightning.Trainer's arguments (conf/trainer)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)  # loggers besides metrics.csv
+    callbacks: dict[str, Any] = field(default_factory=dict)  # conf/callbacks: name -> callback
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # periodic saves
     resume: str = "auto"  # auto | never | a checkpoint path
-    paths: PathsConfig = field(default_factory=PathsConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)  # where runs are written
 
 
 def register_configs() -> None:

@@ -35,13 +35,13 @@ class SyntheticDataConfig:
     test split); eval_lengths: lengths scored one by one at the end (length extrapolation).
     arch: the model's, which decides the batch format (seq2seq or lm)."""
 
-    name: SyntheticAlgorithm = "reverse"
-    arch: ModelArch = "encoder_decoder"
-    n_symbols: int = 16
-    train_len: list[int] = field(default_factory=lambda: [1, 12])
-    eval_len: list[int] = field(default_factory=lambda: [1, 12])
-    val_len: list[int] | None = None
-    eval_lengths: list[int] = field(default_factory=list)
+    name: SyntheticAlgorithm = "reverse"  # the task: attnlab.data.algorithms (copy, reverse, ...)
+    arch: ModelArch = "encoder_decoder"  # the model's (set by the harness): the batch format
+    n_symbols: int = 16  # the alphabet's size, special tokens aside
+    train_len: list[int] = field(default_factory=lambda: [1, 12])  # [min, max] training length
+    eval_len: list[int] = field(default_factory=lambda: [1, 12])  # [min, max] of the test split
+    val_len: list[int] | None = None  # [min, max] of validation; null: train_len
+    eval_lengths: list[int] = field(default_factory=list)  # lengths scored one by one at the end
     batch_size: int = 64  # global, over all DDP ranks
     train_size: int = 1_000_000  # fresh examples per epoch
     val_size: int = 512
@@ -54,11 +54,11 @@ class SyntheticDataConfig:
 class TextDataConfig:
     """attnlab.data.text.TokenizedDataModule: the SentencePiece model and the loaders."""
 
-    tokenizer_type: TokenizerType = "bpe"
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
+    tokenizer_type: TokenizerType = "bpe"  # SentencePiece model type: bpe, unigram or char
+    vocab_size: int = 8000  # SentencePiece vocabulary (shared by source and target)
+    character_coverage: float = 1.0  # SentencePiece's share of characters kept
     tokenizer_path: str | None = None  # a .model to use instead of training one
-    max_tokens: int = 4096
+    max_tokens: int = 4096  # padded source + target tokens per batch, all ranks together
     seed: int = 0  # the shuffling order
     num_workers: int = 0
     cache_dir: str | None = None  # null: $ATTNLAB_CACHE or ~/.cache/attnlab
@@ -70,10 +70,10 @@ class TranslationConfig(TextDataConfig):
     model's, which decides the batch format (sentence pairs, or one sequence per pair for a
     decoder-only model: attnlab.data.pairs)."""
 
-    arch: ModelArch = "encoder_decoder"
+    arch: ModelArch = "encoder_decoder"  # the model's (set by the harness): the batch format
     eval_max_tokens: int | None = None  # null: max_tokens
-    max_src_len: int = 128
-    max_tgt_len: int = 128
+    max_src_len: int = 128  # longer training pairs are dropped (tokens)
+    max_tgt_len: int = 128  # longer training pairs are dropped (tokens)
     # each batch's lengths padded up to a multiple of this (1: to its longest row): fewer
     # distinct shapes for a compiled model (static shapes, CUDA graphs); the loss is unchanged
     pad_to_multiple: int = 1
@@ -83,12 +83,12 @@ class TranslationConfig(TextDataConfig):
 class ParallelTextDataConfig(TranslationConfig):
     """attnlab.data.translation.TranslationDataModule: explicit line-aligned files per split."""
 
-    train_src: str | None = None
-    train_tgt: str | None = None
-    val_src: str | None = None
-    val_tgt: str | None = None
-    test_src: str | None = None
-    test_tgt: str | None = None
+    train_src: str | None = None  # line-aligned source file of the training split
+    train_tgt: str | None = None  # its target file
+    val_src: str | None = None  # validation source file
+    val_tgt: str | None = None  # validation target file
+    test_src: str | None = None  # test source file
+    test_tgt: str | None = None  # test target file
 
 
 @dataclass
@@ -96,8 +96,8 @@ class Multi30kDataConfig(TranslationConfig):
     """attnlab.data.translation.Multi30kDataModule: Multi30K task 1, En-De either way."""
 
     root: str | None = None  # null: <cache_dir>/data/multi30k (downloaded there if missing)
-    src_lang: Lang = "en"
-    tgt_lang: Lang = "de"
+    src_lang: Lang = "en"  # en or de
+    tgt_lang: Lang = "de"  # de or en
     # null: fetch missing files only into the default folder (root=null); a root you name is
     # read as it is unless download=true
     download: bool | None = None
@@ -109,10 +109,10 @@ class LanguageModelConfig(TextDataConfig):
 
     tokenizer_type: TokenizerType = "char"
     vocab_size: int = 256  # for char: an upper bound
-    block_size: int = 256
+    block_size: int = 256  # tokens per training block (the context length)
     batch_size: int | None = None  # blocks per step; null: max_tokens // block_size
     max_tokens: int = 16384
-    splits: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
+    splits: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])  # train, val, test
     eval_lengths: list[int] = field(default_factory=list)  # context lengths scored at the end
 
 
@@ -120,7 +120,7 @@ class LanguageModelConfig(TextDataConfig):
 class LMTextDataConfig(LanguageModelConfig):
     """attnlab.data.language_model.LMTextDataModule: next-token prediction on one text file."""
 
-    path: str | None = None
+    path: str | None = None  # the text file
 
 
 @dataclass

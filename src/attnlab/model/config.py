@@ -75,25 +75,26 @@ class TransformerConfig:
     """
 
     vocab_size: int = 37000  # from the data (attnlab-train sets it)
-    arch: Arch = "encoder_decoder"
-    d_model: int = 512
-    n_heads: int = 8
-    d_k: int | None = None
-    d_ff: int = 2048
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
+    arch: Arch = "encoder_decoder"  # encoder_decoder (the paper) or decoder_only
+    d_model: int = 512  # width of every sublayer's input and output (Sec. 3)
+    n_heads: int = 8  # h: parallel attention heads (Sec. 3.2.2)
+    d_k: int | None = None  # per-head query/key/value width; null: d_model / n_heads
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network (Eq. 2)
+    n_encoder_layers: int = 6  # N of the encoder stack (0 for decoder_only)
+    n_decoder_layers: int = 6  # N of the decoder stack
+    dropout: float = 0.1  # P_drop on sublayer outputs and embedding sums (Sec. 5.4)
+    attn_dropout: float = 0.0  # dropout on the attention weights (not in the paper)
+    # post: LayerNorm(x + Sublayer(x)), the paper; pre: x + Sublayer(LayerNorm(x))
     norm_position: NormPosition = "post"
-    norm_type: NormType = "layernorm"
-    pos_encoding: PosEncoding = "sinusoidal"
+    norm_type: NormType = "layernorm"  # layernorm or rmsnorm
+    pos_encoding: PosEncoding = "sinusoidal"  # attnlab.model.positions: sinusoidal, rope, ...
     # The encoding's own options, e.g. {num_buckets: 32, max_distance: 128} for t5_bias: each
     # encoding declares and checks its own (attnlab.model.positions; model.pos.<option>=...).
     pos: dict[str, Any] = field(default_factory=dict)
-    max_len: int | None = 1024
-    share_embeddings: bool = True
-    init: Init = "xavier"
-    activation: Activation = "relu"
+    max_len: int | None = 1024  # longest position learned encodings hold; null: no bound
+    share_embeddings: bool = True  # one matrix for both embeddings and the output (Sec. 3.4)
+    init: Init = "xavier"  # xavier, or depth_scaled (GPT-2: N(0, 0.02), W^O and W_2 scaled)
+    activation: Activation = "relu"  # the FFN's nonlinearity: relu (Eq. 2) or gelu
     pad_id: int = 0  # from the data (attnlab-train sets it)
     attn_scale: AttnScale = "sqrt_dk"  # none: no 1/sqrt(d_k) (a classic bug)
     mask_source_padding: bool = True  # false: queries see source pads (a classic bug)

@@ -87,8 +87,8 @@ class Schedule:
     """A learning rate for every optimizer step: `schedule(step)`, step counted from 1. The
     fields are the config's keys (scheduler.<field>); the constructor checks them."""
 
-    peak_lr: float | None
-    warmup_steps: int
+    peak_lr: float | None  # the largest learning rate, reached at the end of the warmup
+    warmup_steps: int  # steps of linear warmup from 0 to peak_lr (Sec. 5.3: 4000); 0: none
 
     # True for a schedule whose own formula sets the peak when peak_lr is null (noam)
     formula_peak = False
@@ -116,7 +116,7 @@ class Noam(Schedule):
     d_model: int
     peak_lr: float | None = None
     warmup_steps: int = 4000
-    scale: float = 1.0
+    scale: float = 1.0  # multiplies noam's formula (set from peak_lr when that is given)
     formula_peak = True
 
     def __post_init__(self) -> None:
@@ -166,8 +166,8 @@ class Cosine(Schedule):
 
     peak_lr: float = 3e-3
     warmup_steps: int = 4000
-    max_steps: int | None = None
-    min_lr: float = 0.0
+    max_steps: int | None = None  # the step the decay ends at; null: trainer.max_steps
+    min_lr: float = 0.0  # the learning rate at the end of the decay
 
     def __post_init__(self) -> None:
         super().__post_init__()
