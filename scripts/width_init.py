@@ -80,13 +80,13 @@ def main() -> int:
             for seed in seeds:
                 over = [*base, *arm_overrides, f"model.d_model={width}", f"seed={seed}"]
                 rows.append({"arm": arm, "d_model": width, "seed": seed, **measure(over)})
+                dec = rows[-1]
+                dec["grad_w2_ratio"] = (
+                    dec["grad_w2/decoder.layers.5"] / dec["grad_w2/decoder.layers.0"]
+                )
                 print(f"{arm} d_model={width} seed={seed}: nll_init {rows[-1]['nll_init']:.4f}",
                       file=sys.stderr, flush=True)  # fmt: skip
-    keys = list(rows[0])
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_runs_table(args.out, rows)
     print("| arm | d_model | median nll_init | decoder W_2 gradient, last / first layer |")
     print("| --- | --- | --- | --- |")
     for arm in ARMS:
@@ -98,6 +98,27 @@ def main() -> int:
             print(f"| {arm} | {width} | {median:.3f} | {spread} |")
     check(rows)
     return 0
+
+
+def write_runs_table(path: Path, rows: list[dict]) -> None:
+    """A runs table attnlab-compare reads (the arm's keys, seed, status, wall time, commit, then
+    the measures), so that the report embeds its tables from it."""
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    names = {"post": ("post", "false"), "post_qk": ("post", "true"), "pre": ("pre", "false"),
+             "pre_qk": ("pre", "true")}  # fmt: skip
+    measures = [k for k in rows[0] if k not in ("arm", "d_model", "seed")]
+    header = ["model.norm_position", "model.qk_norm", "model.d_model", "seed", "status"]
+    header += ["wall_time_s", "git_commit", *measures]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        for r in rows:
+            norm, qk = names[r["arm"]]
+            writer.writerow([norm, qk, r["d_model"], r["seed"], "completed", "", commit,
+                             *(r[m] for m in measures)])  # fmt: skip
 
 
 def check(rows: list[dict]) -> None:
