@@ -125,23 +125,28 @@ def gaps(found: dict, reference: str, upto: float) -> list[list[str]]:
 
 def changes(found: dict, upto: float) -> list[list[str]]:
     """Each arm's own sensitivity change from the narrowest width to the widest, per seed:
-    difference, 95% interval, p (Welch's, or the exact test where one side has no spread) and
-    the smallest change the seeds could detect (MDD, 80% power)."""
+    difference, 95% interval, p (Welch's, or the exact test where one side has no spread),
+    Holm's p across the arms of each range, and the smallest change the seeds could detect
+    (MDD, 80% power) at Holm's alpha for that family (0.05 / arms), as the report's verdicts."""
     from attnlab.analysis import stats
 
     widths = sorted({w for _, w in found})
-    rows = [["arm", "range", f"change {widths[0]} -> {widths[-1]} [95% CI]", "p", "MDD"]]
-    for arm in sorted({a for a, _ in found}):
-        for index, name in ((0, "grid"), (1, f"up to {upto:g}")):
+    rows = [["arm", "range", f"change {widths[0]} -> {widths[-1]} [95% CI]", "p", "p (Holm)",
+             "MDD"]]  # fmt: skip
+    for index, name in ((0, "grid"), (1, f"up to {upto:g}")):
+        tested = []
+        for arm in sorted({a for a, _ in found}):
             first, last = found.get((arm, widths[0])), found.get((arm, widths[-1]))
             if len(widths) < 2 or not (first and last and first[index] and last[index]):
                 continue
             a = list(last[index].sensitivity.values())
             b = list(first[index].sensitivity.values())
-            d = stats.welch(a, b)  # exact where one side has no spread
+            tested.append((arm, stats.welch(a, b)))  # exact where one side has no spread
+        family = stats.with_holm([d for _, d in tested])
+        for (arm, _), d in zip(tested, family, strict=True):
             ci = f"{d.diff:.3g} [{d.ci[0]:.3g}, {d.ci[1]:.3g}]"
             mdd = "" if d.mdd is None else f"{d.mdd:.2g}"
-            rows.append([arm, name, ci, stats.fmt_p(d.p), mdd])
+            rows.append([arm, name, ci, stats.fmt_p(d.p), stats.fmt_p(d.p_holm), mdd])
     return rows
 
 
