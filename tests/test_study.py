@@ -419,3 +419,39 @@ def test_a_component_of_ones_own_may_log_metrics_the_check_does_not_know():
     assert reported_metrics({**plain, "module": {"_target_": "mine.Module"}}) is None
     mine = {**plain["callbacks"], "probe": {"_target_": "mine.Probe"}}
     assert reported_metrics({**plain, "callbacks": mine}) is None
+
+
+def test_accuracy_metrics_are_maximized_wherever_the_word_sits_in_the_name():
+    """A study tuned on token accuracy without goal: picks the best rate, not the worst (the
+    name's last part need not start with the word: token_acc, greedy_token_acc)."""
+    from attnlab.analysis.lr_sweep import higher_is_better
+    from attnlab.sweeps.tuning import goal_of
+
+    for metric in ("val/token_acc", "val/token_acc_best", "val/greedy_token_acc", "test/bleu",
+                   "eval/test-avg5-beam4_lp0.6/chrf", "val/exact_match"):  # fmt: skip
+        assert goal_of(metric) == "maximize" and higher_is_better(metric), metric
+    for metric in ("val/nll_best", "val/loss", "test/perplexity"):
+        assert goal_of(metric) == "minimize" and not higher_is_better(metric), metric
+
+
+def test_a_test_primary_beside_an_evaluate_block_is_refused():
+    """With an evaluate block, primary test/score would read the run's own test, not the
+    evaluation the study runs: refused in one line naming the evaluation's scores."""
+    from attnlab.sweeps.spec import SweepError
+    from attnlab.sweeps.tuning import load_study
+
+    spec = _edited(evaluate={"last": 5, "beam_size": 4})
+    with pytest.raises(
+        SweepError,
+        match=r"primary.metric=test/score is the run's own test, "
+        r"not the evaluate block's scores; name one of: eval/",
+    ):
+        load_study(spec, "s.yaml")
+
+
+def test_a_group_label_is_matched_to_its_own_arm_only():
+    from attnlab.cli.compare_study import _same_arm
+
+    assert _same_arm("n_heads=1, peak_lr=0.00566", {"model.n_heads": 1})
+    assert not _same_arm("n_heads=8, peak_lr=1e-04", {"model.n_heads": 1})  # "=1" inside
+    assert not _same_arm("n_heads=16, peak_lr=0.008", {"model.n_heads": 1})

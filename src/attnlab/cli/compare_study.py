@@ -124,7 +124,12 @@ def _stage_one(choices, tune, tuned_values, c, names) -> list[str]:
 
 
 def _same_arm(label: str, arm: dict) -> bool:
-    return label == study_report.arm_text(arm) or all(f"={v}" in label for v in arm.values())
+    """Whether a group label ('n_heads=8, peak_lr=0.008') is this arm's: each of the arm's
+    keys, by its short name, with its value, is one of the label's parts."""
+    parts = set(label.split(", "))
+    return label == study_report.arm_text(arm) or all(
+        f"{k.rsplit('.', 1)[-1]}={v}" in parts or f"{k}={v}" in parts for k, v in arm.items()
+    )
 
 
 def _stage_two(c, study, spec, folder: Path, names):

@@ -96,7 +96,13 @@ def load_evaluate(block: Any, source: str) -> Evaluate | None:
 
 
 def check_primary(metric: str, evaluate: Evaluate | None, source: str) -> None:
-    """An eval/... primary metric must be one the study's `evaluate` block writes."""
+    """An eval/... primary metric must be one the study's `evaluate` block writes; with an
+    evaluate block, a test/... primary (the run's own test, not the evaluation) is refused."""
+    if evaluate is not None and metric.startswith("test/"):
+        raise SweepError(
+            f"{source}: primary.metric={metric} is the run's own test, not the evaluate "
+            f"block's scores; name one of: {', '.join(evaluate.metrics())}"
+        )
     if not metric.startswith("eval/"):
         return
     if evaluate is None:

@@ -106,8 +106,8 @@ def goal_of(metric: str, goal: str | None = None) -> str:
     accuracy and exact match are maximized, losses, perplexities and NLLs minimized."""
     if goal is not None:
         return goal
-    last = metric.rsplit("/", 1)[-1].lower()
-    return "maximize" if any(last.startswith(w) for w in _LARGER) else "minimize"
+    last = metric.rsplit("/", 1)[-1].lower()  # token_acc, greedy_token_acc, bleu, ...
+    return "maximize" if any(w in last for w in _LARGER) else "minimize"
 
 
 def load_study(config: Mapping, source: str) -> Study | None:
