@@ -125,16 +125,17 @@ def worktree(commit: str, root: Path) -> Path:
     return path
 
 
+def code_env(code: Path) -> dict:
+    """The environment that runs attnlab from the code under `code`, W&B off."""
+    env = {**os.environ, "PYTHONPATH": str(code / "src"), "ATTNLAB_CONF_DIR": str(code / "conf")}
+    return env | {"WANDB_MODE": "disabled"}
+
+
 def run(code: Path, overrides: list[str], run_dir: Path) -> dict:
     """attnlab-train from the code under `code` (a worktree or this checkout) into a fresh
     `run_dir` (an earlier check's is removed first); results.json."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(code / "src"),
-        "ATTNLAB_CONF_DIR": str(code / "conf"),
-        "WANDB_MODE": "disabled",
-    }
+    env = code_env(code)
     argv = [sys.executable, "-c", "from attnlab.cli.train import main; main()", *overrides]
     argv += [f"paths.run_dir={run_dir}", f"hydra.run.dir={run_dir}", "logger=csv"]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
@@ -184,8 +185,7 @@ def commits_named(section: str) -> list[str]:
 def evaluate(code: Path, run_dir: Path, sample: tuple[Path, Path]) -> dict:
     """attnlab-eval (from the code under `code`) of the run's last checkpoint, beam 4, length
     penalty 0.6, on the sampled sentences; its scores."""
-    env = {**os.environ, "PYTHONPATH": str(code / "src"), "WANDB_MODE": "disabled"}
-    env["ATTNLAB_CONF_DIR"] = str(code / "conf")
+    env = code_env(code)
     out = run_dir / "eval" / "provenance"
     argv = [sys.executable, "-c", "from attnlab.cli.eval import main; main()"]
     argv += [f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", f"src_file={sample[0]}"]

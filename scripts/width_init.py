@@ -26,11 +26,17 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-ARMS = {  # the arms of sweeps/lr_width.yaml (Post-LN without warmup initializes as Post-LN)
-    "post": ["model.norm_position=post", "model.qk_norm=false"],
-    "post_qk": ["model.norm_position=post", "model.qk_norm=true"],
-    "pre": ["model.norm_position=pre", "model.qk_norm=false"],
-    "pre_qk": ["model.norm_position=pre", "model.qk_norm=true"],
+# the arms of sweeps/lr_width.yaml (Post-LN without warmup initializes as Post-LN): name ->
+# (model.norm_position, model.qk_norm) as the sweep's CSV writes them
+ARM_VALUES = {
+    "post": ("post", "false"),
+    "post_qk": ("post", "true"),
+    "pre": ("pre", "false"),
+    "pre_qk": ("pre", "true"),
+}
+ARMS = {
+    arm: [f"model.norm_position={norm}", f"model.qk_norm={qk}"]
+    for arm, (norm, qk) in ARM_VALUES.items()
 }
 WIDTHS = (32, 64, 128)
 
@@ -107,8 +113,6 @@ def write_runs_table(path: Path, rows: list[dict]) -> None:
 
     commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
-    names = {"post": ("post", "false"), "post_qk": ("post", "true"), "pre": ("pre", "false"),
-             "pre_qk": ("pre", "true")}  # fmt: skip
     measures = [k for k in rows[0] if k not in ("arm", "d_model", "seed")]
     header = ["model.norm_position", "model.qk_norm", "model.d_model", "seed", "status"]
     header += ["wall_time_s", "git_commit", *measures]
@@ -116,7 +120,7 @@ def write_runs_table(path: Path, rows: list[dict]) -> None:
         writer = csv.writer(f)
         writer.writerow(header)
         for r in rows:
-            norm, qk = names[r["arm"]]
+            norm, qk = ARM_VALUES[r["arm"]]
             writer.writerow([norm, qk, r["d_model"], r["seed"], "completed", "", commit,
                              *(r[m] for m in measures)])  # fmt: skip
 
@@ -124,15 +128,13 @@ def write_runs_table(path: Path, rows: list[dict]) -> None:
 def check(rows: list[dict]) -> None:
     """The largest difference from the sweep's own nll_init (docs/results/lr_width.csv)."""
     sweep = REPO / "docs" / "results" / "lr_width.csv"
-    names = {"post": ("post", "false"), "post_qk": ("post", "true"), "pre": ("pre", "false"),
-             "pre_qk": ("pre", "true")}  # fmt: skip
     worst = 0.0
     with open(sweep, newline="") as f:
         for r in csv.DictReader(f):
             if r.get("scheduler.warmup_steps") != "300" or not r.get("nll_init"):
                 continue
             for mine in rows:
-                norm, qk = names[mine["arm"]]
+                norm, qk = ARM_VALUES[mine["arm"]]
                 here = (r["model.norm_position"], r["model.qk_norm"], r["model.d_model"], r["seed"])
                 if here == (norm, qk, str(mine["d_model"]), str(mine["seed"])):
                     worst = max(worst, abs(float(r["nll_init"]) - mine["nll_init"]))
