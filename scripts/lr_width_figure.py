@@ -32,14 +32,20 @@ ARM_KEYS = ["model.norm_position", "scheduler.warmup_steps", "model.qk_norm"]
 RATE, WIDTH, METRIC = "scheduler.peak_lr", "model.d_model", "val/nll"
 
 
-def readings(runs, upto: float, tol: float) -> dict:
-    """{(arm label, width): (grid Reading, range Reading, reaches divergence)}."""
+def part_name(upto: float, low: float = 0.0) -> str:
+    """The second range's name: "up to 0.03", or "0.001 to 0.1" where it has a low end."""
+    return f"up to {upto:g}" if low == 0 else f"{low:g} to {upto:g}"
+
+
+def readings(runs, upto: float, tol: float, low: float = 0.0) -> dict:
+    """{(arm label, width): (grid Reading, range Reading, reaches divergence)}; the range is the
+    grid's rates from `low` to `upto`."""
     keys = [*ARM_KEYS, RATE]
     found = {}
     for width in sorted({r.config.get(WIDTH) for r in runs}):
         mine = [r for r in runs if r.config.get(WIDTH) == width]
         arms = lr_sweep.arms(group_runs(mine, keys), keys, RATE, METRIC, None)
-        upto_range = ls.Range(0.0, upto, f"rates up to {upto:g}")
+        upto_range = ls.Range(low, upto, f"rates {part_name(upto, low)}")
         best = ls.best_of_all(arms, False)
         best_part = ls.best_of_all(arms, False, upto_range)
         names = short_names(ARM_KEYS)
@@ -61,8 +67,8 @@ def _cell(reading, attr: str = "sensitivity_summary") -> str:
     return f"{fmt_number(s.mean)}{ci} (n={s.n})"
 
 
-def table(found: dict, upto: float) -> list[list[str]]:
-    rows = [["arm", "d_model", "sensitivity, grid", f"sensitivity, up to {upto:g}",
+def table(found: dict, part: str) -> list[list[str]]:
+    rows = [["arm", "d_model", "sensitivity, grid", f"sensitivity, {part}",
              "basin rates (grid, mean curve)", "flag"]]  # fmt: skip
     for (label, width), (grid, part, diverges) in sorted(found.items()):
         basin = f"{grid.mean_basin} ({grid.mean_basin_decades:.2g} decades)" if grid else ""
@@ -71,13 +77,16 @@ def table(found: dict, upto: float) -> list[list[str]]:
     return rows
 
 
-def contrast(groups: list[list[float]], signs: list[int]) -> tuple[float, tuple, float] | None:
-    """sum(sign * mean) over independent groups, its 95% interval (Welch-Satterthwaite df) and
-    two-sided p; None where a group has fewer than 2 values."""
+def contrast_test(groups: list[list[float]], signs: list[int]):
+    """sum(sign * mean) over independent groups as a stats.Difference: its 95% interval and
+    two-sided p on the Welch-Satterthwaite df, the df and se, and the smallest contrast these
+    seeds detect (80% power, alpha 0.05); None where a group has fewer than 2 values."""
     import math
     import statistics
 
-    from scipy import stats
+    from scipy import stats as sp
+
+    from attnlab.analysis import stats
 
     if any(len(g) < 2 for g in groups):
         return None
@@ -85,20 +94,53 @@ def contrast(groups: list[list[float]], signs: list[int]) -> tuple[float, tuple,
     parts = [statistics.variance(g) / len(g) for g in groups]
     se = math.sqrt(sum(parts))
     if se == 0:
-        return value, (value, value), float("nan")
+        return stats.Difference(value, (value, value), float("nan"), None, "contrast")
     df = sum(parts) ** 2 / sum(p**2 / (len(g) - 1) for p, g in zip(parts, groups, strict=True))
-    half = float(stats.t.ppf(0.975, df)) * se
-    return value, (value - half, value + half), float(2 * stats.t.sf(abs(value) / se, df))
+    half = float(sp.t.ppf(0.975, df)) * se
+    p = float(2 * sp.t.sf(abs(value) / se, df))
+    mdd = stats.detectable_difference(se, df)
+    return stats.Difference(value, (value - half, value + half), p, mdd, "contrast", se=se, df=df)
 
 
-def gaps(found: dict, reference: str, upto: float) -> list[list[str]]:
+def contrast(groups: list[list[float]], signs: list[int]) -> tuple[float, tuple, float] | None:
+    """contrast_test's (value, 95% interval, two-sided p)."""
+    d = contrast_test(groups, signs)
+    return None if d is None else (d.diff, d.ci, d.p)
+
+
+def named_contrast(found: dict, arm: str, reference: str) -> list[list[str]]:
+    """The contrast sweeps/lr_width_seeds.yaml names before its runs: the change from the
+    narrowest width to the widest of (arm - reference)'s sensitivity on the range (the
+    Readings' second), over the four cells' seed means; value, 95% interval, df, p and MDD."""
+    from attnlab.analysis import stats
+
+    widths = sorted({w for _, w in found})
+    cells = [found.get((a, w)) for w in (widths[-1], widths[0]) for a in (arm, reference)]
+    if len(widths) < 2 or not all(c and c[1] for c in cells):
+        return [["the named contrast: a cell has no reading on the range"]]
+    groups = [list(c[1].sensitivity.values()) for c in cells]
+    d = contrast_test(groups, [1, -1, -1, 1])
+    if d is None:
+        return [["the named contrast: a cell has fewer than 2 seeds"]]
+    head = ["contrast", "seeds per cell", "value [95% CI]", "df", "p", "MDD (80%, alpha 0.05)"]
+    return [head, [
+        f"({arm} - {reference}) at {widths[-1]} minus at {widths[0]}",
+        "/".join(str(len(g)) for g in groups),
+        f"{d.diff:.3g} [{d.ci[0]:.3g}, {d.ci[1]:.3g}]",
+        "" if d.df is None else f"{d.df:.1f}",
+        stats.fmt_p(d.p),
+        "" if d.mdd is None else f"{d.mdd:.2g}",
+    ]]  # fmt: skip
+
+
+def gaps(found: dict, reference: str, part: str) -> list[list[str]]:
     """Each arm's sensitivity minus the reference arm's, per width, and how that gap changes
     from the narrowest width to the widest (the interaction), with 95% intervals."""
     widths = sorted({w for _, w in found})
     rows = [["arm - " + reference, "range", *[f"gap at d_model {w}" for w in widths],
              f"gap change {widths[0]} -> {widths[-1]}", "p"]]  # fmt: skip
     for arm in sorted({a for a, _ in found} - {reference}):
-        for index, name in ((0, "grid"), (1, f"up to {upto:g}")):
+        for index, name in ((0, "grid"), (1, part)):
             cells, per_width = [], {}
             for w in widths:
                 mine, ref = found.get((arm, w)), found.get((reference, w))
@@ -123,7 +165,7 @@ def gaps(found: dict, reference: str, upto: float) -> list[list[str]]:
     return rows
 
 
-def changes(found: dict, upto: float) -> list[list[str]]:
+def changes(found: dict, part: str) -> list[list[str]]:
     """Each arm's own sensitivity change from the narrowest width to the widest, per seed:
     difference, 95% interval, p (Welch's, or the exact test where one side has no spread),
     Holm's p across the arms of each range, and the smallest change the seeds could detect
@@ -133,7 +175,7 @@ def changes(found: dict, upto: float) -> list[list[str]]:
     widths = sorted({w for _, w in found})
     rows = [["arm", "range", f"change {widths[0]} -> {widths[-1]} [95% CI]", "p", "p (Holm)",
              "MDD"]]  # fmt: skip
-    for index, name in ((0, "grid"), (1, f"up to {upto:g}")):
+    for index, name in ((0, "grid"), (1, part)):
         tested = []
         for arm in sorted({a for a, _ in found}):
             first, last = found.get((arm, widths[0])), found.get((arm, widths[-1]))
@@ -150,7 +192,7 @@ def changes(found: dict, upto: float) -> list[list[str]]:
     return rows
 
 
-def plot(found: dict, upto: float, path: Path) -> None:
+def plot(found: dict, part: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,7 +202,7 @@ def plot(found: dict, upto: float, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     panels = (
         ("grid", 0, "LR sensitivity, whole grid"),
-        ("part", 1, f"LR sensitivity, rates <= {upto:g}"),
+        ("part", 1, f"LR sensitivity, rates {part}"),
         ("basin", 0, "basin: rates within tol of the arm's best"),
     )
     for ax, (kind, index, title) in zip(axes, panels, strict=True):
@@ -214,6 +256,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs_csv", type=Path)
     parser.add_argument("--upto", type=float, default=3e-2)
+    parser.add_argument(
+        "--range", dest="rates", metavar="LO:HI",
+        help="the second range as LO:HI instead of up to --upto, and the contrast "
+        "sweeps/lr_width_seeds.yaml names on it (e.g. 1e-3:1e-1)",
+    )  # fmt: skip
     parser.add_argument("--tol", type=float, default=ls.DEFAULT_TOL)
     parser.add_argument("--plot", type=Path)
     parser.add_argument(
@@ -234,16 +281,30 @@ def main() -> int:
         return 2
     if args.max_rate is not None:
         runs = [r for r in runs if float(r.config.get(RATE, 0)) <= args.max_rate * (1 + 1e-9)]
-    found = readings(runs, args.upto, args.tol)
-    print(text_table(table(found, args.upto)))
+    low, upto = 0.0, args.upto
+    if args.rates:
+        try:
+            rates = ls.parse_range(args.rates)
+        except ValueError as err:
+            print(f"lr_width_figure.py: error: {str(err).replace('--lr-range', '--range')}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        low, upto = rates.lo, rates.hi
+    part = part_name(upto, low)
+    found = readings(runs, upto, args.tol, low)
+    print(text_table(table(found, part)))
     print("\neach arm's own change with width (per seed):")
-    print(text_table(changes(found, args.upto)))
+    print(text_table(changes(found, part)))
     reference = "norm_position=pre, warmup_steps=300, qk_norm=true"  # Wortsman et al.'s flat arm
     if any(a == reference for a, _ in found):
         print(f"\neach arm's sensitivity minus {reference}'s (per seed, Welch intervals):")
-        print(text_table(gaps(found, reference, args.upto)))
+        print(text_table(gaps(found, reference, part)))
+        if args.rates:
+            arm = "norm_position=pre, warmup_steps=300, qk_norm=false"
+            print(f"\nthe contrast sweeps/lr_width_seeds.yaml names ({part}, Welch-Satterthwaite):")
+            print(text_table(named_contrast(found, arm, reference)))
     if args.plot:
-        plot(found, args.upto, args.plot)
+        plot(found, part, args.plot)
     return 0
 
 

@@ -66,8 +66,17 @@ def test_gap_and_its_change_with_width_match_a_hand_computation(script, table, c
     df = sum(parts) ** 2 / sum(q**2 / 2 for q in parts)
     half = stats.t.ppf(0.975, df) * sum(parts) ** 0.5
     assert value == pytest.approx(hand) and ci == pytest.approx((hand - half, hand + half))
-    rows = script.gaps(found, "norm_position=pre, warmup_steps=300, qk_norm=true", 3e-2)
+    rows = script.gaps(found, "norm_position=pre, warmup_steps=300, qk_norm=true", "up to 0.03")
     assert rows[1][-2].startswith(f"{hand:.3g} [")
+    d = script.contrast_test(groups, [1, -1, -1, 1])  # the df and MDD the named contrast shows
+    assert d.df == pytest.approx(df) and d.se == pytest.approx(sum(parts) ** 0.5)
+    power = stats.nct.sf(stats.t.ppf(0.975, df), df, d.mdd / d.se)
+    power += stats.nct.cdf(-stats.t.ppf(0.975, df), df, d.mdd / d.se)
+    assert power == pytest.approx(0.8, abs=1e-4)
+    whole = script.readings(read_runs_csv(table), upto=0.1, tol=0.1, low=1e-3)  # all 3 rates
+    named = script.named_contrast(whole, "norm_position=post, warmup_steps=300, qk_norm=false",
+                                  "norm_position=pre, warmup_steps=300, qk_norm=true")  # fmt: skip
+    assert named[1][1:4] == ["3/3/3/3", f"{hand:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]", f"{df:.1f}"]
 
 
 def test_a_table_without_widths_is_one_line_and_exit_2(script, tmp_path, capsys, monkeypatch):

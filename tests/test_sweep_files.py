@@ -28,7 +28,7 @@ UNSMOOTHED = {"val/nll_best", "val/nll", "val/bleu_best", "val/exact_match_best"
 # Keys that name or place a run, never what it learns.
 PLUMBING = re.compile(r"^(name|group|tags|run_name|paths\.|hydra\.|logger\.)")
 # Keys that follow from a swept config group by interpolation (data.arch: ${model.arch}).
-DERIVED = {"data.arch": "model"}
+DERIVED = {"data.arch": "model", "model.d_ff": "model.d_model"}  # d_ff = 4 d_model (lr_width*)
 
 
 def _spec(path: Path) -> dict:
@@ -68,6 +68,8 @@ FEWER_SEEDS = {
     # sensitivity pools its arm's nine rates, and the report states the seeds
     "lr_width": 2,
     "lr_width_nowarmup": 2,
+    # seeds 3 and 4 of two of those arms at two widths: with seeds 1-2, 4 per cell
+    "lr_width_seeds": 2,
     # seeds 2 and 3 at the chosen rate: with the rate grid's seed-1 run, 3 per arm
     "arch_matched_multi30k_best": 2,
 }
