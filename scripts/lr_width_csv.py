@@ -11,6 +11,13 @@ qk-layernorm) and the seeds asked for; every row keeps its git_commit.
         --metric val/nll --out /tmp/lr_width32
     python scripts/lr_width_csv.py /tmp/lr_width32/runs.csv --width 32 \
         --section2 docs/results/lr_sensitivity.csv --out docs/results/lr_width.csv
+
+Seeds 3-4 of sweeps/lr_width_seeds.yaml beside seeds 1-2 of the same two arms and widths (its
+runs.csv has a model.d_model column, so --width only pairs with it):
+
+    python scripts/lr_width_csv.py docs/results/lr_width.csv /tmp/lws/runs.csv --width 0 \
+        --width 0 --seeds 1,2,3,4 --arm pre,300,false --arm pre,300,true --widths 32,128 \
+        --out docs/results/lr_width_seeds.csv
 """
 
 from __future__ import annotations
@@ -49,6 +56,11 @@ def main() -> None:
         "--max-rate", type=float,
         help="keep rates up to this one only: one grid for every width in the table",
     )  # fmt: skip
+    parser.add_argument(
+        "--arm", action="append", metavar="NORM,WARMUP,QK",
+        help="keep only these arms (e.g. pre,300,false); default: the five of the width design",
+    )  # fmt: skip
+    parser.add_argument("--widths", help="keep only these d_model values, e.g. 32,128")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     seeds = set(args.seeds.split(","))
@@ -62,7 +74,10 @@ def main() -> None:
         for row in _rows(args.section2):
             row["model.d_model"] = "64"
             table.append(row)
-    kept = [r for r in table if _arm(r) in ARMS and r["seed"] in seeds]
+    arms = {tuple(a.lower().split(",")) for a in args.arm} if args.arm else ARMS
+    kept = [r for r in table if _arm(r) in arms and r["seed"] in seeds]
+    if args.widths:
+        kept = [r for r in kept if r["model.d_model"] in args.widths.split(",")]
     if args.max_rate is not None:
         kept = [r for r in kept if float(r["scheduler.peak_lr"]) <= args.max_rate * (1 + 1e-9)]
     for r in kept:
