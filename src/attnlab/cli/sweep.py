@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--storage",
         help="the search's Optuna storage, shared by workers on several machines: an SQLAlchemy "
-        "URL (postgresql://..., sqlite:///...) or a journal file (journal:PATH, *.log) on a shared "
-        "filesystem (default: sqlite in the sweep's folder)",
+        "URL (postgresql+psycopg://..., sqlite:///...) or a journal file (journal:PATH, *.log) "
+        "on a shared filesystem (default: sqlite in the sweep's folder)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the trials and exit")
     p.add_argument(
