@@ -206,7 +206,7 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     calm = tmp_path / "calm"
     done = _run(path, calm)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "stage 1's choice:" in done.stdout and f"attnlab-compare {calm / 'seeds'}" in done.stdout
+    assert "stage 1's choice:" in done.stdout and f"attnlab-compare {calm}\n" in done.stdout
     outcome = _outcome(calm)
     a, b = outcome["choice"]
     assert a["arm"] == {"arm": "a"} and a["chosen"] == pytest.approx(4e-3)  # inside: refined
@@ -455,3 +455,24 @@ def test_a_group_label_is_matched_to_its_own_arm_only():
     assert _same_arm("n_heads=1, peak_lr=0.00566", {"model.n_heads": 1})
     assert not _same_arm("n_heads=8, peak_lr=1e-04", {"model.n_heads": 1})  # "=1" inside
     assert not _same_arm("n_heads=16, peak_lr=0.008", {"model.n_heads": 1})
+
+
+# ---- a small study run here (the stand-in trial, a few seconds) ----------------------------------
+
+SMALL = {**STUDY, "tune": {**STUDY["tune"], "values": [1.0e-3, 4.0e-3], "refine": False,
+                           "extend": 0}}  # fmt: skip
+
+
+def _study(tmp_path: Path, spec: dict | None = None, name: str = "study.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec or SMALL, sort_keys=False))
+    return path
+
+
+def test_a_finished_study_prints_the_compare_command_of_its_folder(tmp_path, capsys):
+    """The study view is attnlab-compare <out> (its sweep.yaml has the tune block); <out>/seeds
+    alone is read as a plain sweep, without the choice or the primary test's labels."""
+    out = tmp_path / "out"
+    assert sweep.main([str(_study(tmp_path)), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"compare: attnlab-compare {out}\n" in printed, printed[-2000:]

@@ -200,7 +200,7 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
     print()
     print(write_summary(results, out / "seeds", f"{name} stage 2", source, primary.metric,
                         interrupted))  # fmt: skip
-    print(f"compare: attnlab-compare {out / 'seeds'}")
+    print(f"compare: attnlab-compare {out}")  # the study view (out/seeds alone: a plain sweep)
     if interrupted:
         print(resume)
     return exit_code(
