@@ -122,8 +122,8 @@ STUDY = {
 }
 
 
-def _edited(**changes) -> dict:
-    study = json.loads(json.dumps(STUDY))
+def _edited(base: dict | None = None, **changes) -> dict:
+    study = json.loads(json.dumps(base or STUDY))
     for dotted, value in changes.items():
         *path, last = dotted.split("__")
         node = study
@@ -476,3 +476,38 @@ def test_a_finished_study_prints_the_compare_command_of_its_folder(tmp_path, cap
     assert sweep.main([str(_study(tmp_path)), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"compare: attnlab-compare {out}\n" in printed, printed[-2000:]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"primary__test": "paired"}, "primary"),
+        ({"primary__margin": 1}, "primary"),
+        ({"seeds": [1, 2, 3]}, "seeds"),
+        ({"evaluate": {"last": 0}, "primary__metric": "eval/test-last-beam4_lp0.6/bleu"},
+         "primary, evaluate"),
+        ({"parameters__arm": {"values": ["a", "b", "c"]}}, "parameters"),
+    ],
+    ids=["test", "margin", "seeds", "evaluate", "arms"],
+)  # fmt: skip
+def test_the_named_test_seeds_and_arms_are_held_from_a_folders_first_trial(
+    tmp_path, capsys, changes, named
+):
+    """Pre-registration: once a folder's first stage-1 trial has run (its sweep.yaml written),
+    an edit to primary, seeds, evaluate or the arms is refused for it, before the choice too:
+    one line naming the key, exit 2, nothing written. (tune may change until the choice.)"""
+    from attnlab.sweeps.staged import write_study_spec
+
+    out = tmp_path / "out"
+    write_study_spec(out, SMALL)  # what the first run writes before its first trial
+    (out / "tune" / "arm_a-lr_0.001-seed_1").mkdir(parents=True)
+    before = _files(out)
+    edited = _study(tmp_path, _edited(SMALL, **changes))
+    assert sweep.main([str(edited), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"differs in {named}" in err, err
+    assert _files(out) == before

@@ -1,7 +1,8 @@
 """A study's two stages, run here (attnlab-sweep STUDY --out DIR; rules: attnlab.sweeps.tuning).
 
-    DIR/sweep.yaml          the study file as run (an edited file is refused for DIR once
-                            DIR/choice.json exists)
+    DIR/sweep.yaml          the study file as run (for DIR, an edit of its arms, command,
+                            seeds, primary or evaluate is refused from the first run, of
+                            its tune block once DIR/choice.json exists)
     DIR/tune/<arm>-<key>_<value>-seed_<s>/    stage 1's trials, summary.json / .md
     DIR/choice.json, choice.md                each arm's points, scores and chosen value
     DIR/seeds/<arm>-seed_<s>/                 stage 2's trials, summary.json / .md, and a
@@ -44,37 +45,33 @@ REUSE_NOTE = (
     "stage 2's seed is one of stage 1's tuning seeds: at the chosen value this run is the stage-1 "
     "run of the same config and seed (chosen on its validation metric), reused, not retrained"
 )
-# The keys of the study file whose edit after the choice changes what the folder means.
-DEFINING = (
-    "name",
-    "method",
-    "parameters",
-    "command",
-    "program",
-    "tune",
-    "seeds",
-    "primary",
-    "evaluate",
-)
+# The keys of the study file held for a folder from its first run: the arms, what a trial runs,
+# and what was named before the runs (the seeds, the primary test, the evaluation). tune is held
+# from the choice (an edit before it is the study's: its trials are named by their values).
+HELD = ("name", "method", "parameters", "command", "program", "seeds", "primary", "evaluate")
+HELD_AFTER_CHOICE = ("tune",)
 
 
 def refuse_edited_study(out: Path, config: dict) -> None:
-    """SweepError when out/choice.json exists and the study file differs from out/sweep.yaml
-    in a key that made the choice or defines the seeds."""
-    if not (out / "choice.json").is_file() or not (out / "sweep.yaml").is_file():
+    """SweepError when out/ holds a run of this study and the study file differs from
+    out/sweep.yaml in a held key (HELD; tune too once out/choice.json exists)."""
+    if not (out / "sweep.yaml").is_file():
         return
     held = yaml.safe_load((out / "sweep.yaml").read_text()) or {}
-    differ = [k for k in DEFINING if held.get(k) != config.get(k)]
+    chosen = (out / "choice.json").is_file()
+    keys = HELD + (HELD_AFTER_CHOICE if chosen else ())
+    differ = [k for k in keys if held.get(k) != config.get(k)]
     if differ:
+        when = "after its choice was made" if chosen else "since this folder's first run"
         raise SweepError(
-            f"--out {out}: the study file changed after its choice was made (it differs in "
-            f"{', '.join(differ)}); use a new --out for the edited study"
+            f"--out {out}: the study file changed {when} (it differs in {', '.join(differ)}); "
+            "use a new --out for the edited study"
         )
 
 
 def write_study_spec(out: Path, config: dict) -> None:
     """<out>/sweep.yaml: the study file as run; rewritten until the choice is made (an edit
-    before it is the study's), kept after (an edit then is refused: refuse_edited_study)."""
+    to tune before it is the study's), kept after (an edit then is refused: refuse_edited_study)."""
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "choice.json").is_file():
         tmp = out / "sweep.yaml.tmp"
