@@ -511,3 +511,19 @@ def test_the_named_test_seeds_and_arms_are_held_from_a_folders_first_trial(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"differs in {named}" in err, err
     assert _files(out) == before
+
+
+def test_other_command_line_overrides_on_a_studys_folder_are_refused(tmp_path, capsys):
+    """The overrides after the study file are held with it: a rerun into the same --out with
+    others (or none) would reuse a choice and trials made with the first ones. One line naming
+    both, exit 2, nothing written; the same ones (in any order) resume."""
+    out, path = tmp_path / "out", _study(tmp_path)
+    assert sweep.main([str(path), "--out", str(out), "x=1", "y=2"]) == 0
+    before = _files(out)
+    capsys.readouterr()
+    for other in (["x=2", "y=2"], []):
+        assert sweep.main([str(path), "--out", str(out), *other]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "overrides x=1 y=2" in err, err
+        assert _files(out) == before
+    assert sweep.main([str(path), "--out", str(out), "y=2", "x=1"]) == 0

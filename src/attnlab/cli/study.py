@@ -37,7 +37,7 @@ def run_study(
         raise SweepError("--count does not apply to a study: its stages set their trials")
     out = Path(args.out) if args.out else cli.default_out_dir(config["name"])
     cli.refuse_foreign_out(out, config)
-    staged.refuse_edited_study(out, config)
+    staged.refuse_edited_study(out, config, args.overrides)
     run = staged.StudyRun(config, study, out, args.overrides)
     parallel = args.parallel or (len(groups) if groups else 1)
     if groups and parallel > len(groups):
@@ -63,7 +63,7 @@ def run_study(
               "differs only in the tuned key); refine's midpoints lie between checked points"
         )  # fmt: skip
         return 0
-    staged.write_study_spec(out, config)
+    staged.write_study_spec(out, config, args.overrides)
     resume = f"resume: {cli.resume_command(argv if argv is not None else sys.argv[1:], out)}"
     previous = signal.signal(signal.SIGTERM, cli._raise_interrupt)
     try:

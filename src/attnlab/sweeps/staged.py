@@ -3,6 +3,7 @@
     DIR/sweep.yaml          the study file as run (for DIR, an edit of its arms, command,
                             seeds, primary or evaluate is refused from the first run, of
                             its tune block once DIR/choice.json exists)
+    DIR/overrides.json      the command line's overrides (others are refused for DIR)
     DIR/tune/<arm>-<key>_<value>-seed_<s>/    stage 1's trials, summary.json / .md
     DIR/choice.json, choice.md                each arm's points, scores and chosen value
     DIR/seeds/<arm>-seed_<s>/                 stage 2's trials, summary.json / .md, and a
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from attnlab.runs.identity import defining_overrides
 from attnlab.runs.status import Status
 from attnlab.sweeps.runner import TrialResult, run_trials
 from attnlab.sweeps.spec import SweepError, Trial, make_trial, trial_name
@@ -50,11 +52,13 @@ REUSE_NOTE = (
 # from the choice (an edit before it is the study's: its trials are named by their values).
 HELD = ("name", "method", "parameters", "command", "program", "seeds", "primary", "evaluate")
 HELD_AFTER_CHOICE = ("tune",)
+OVERRIDES = "overrides.json"  # the command line's overrides, held from the first run
 
 
-def refuse_edited_study(out: Path, config: dict) -> None:
+def refuse_edited_study(out: Path, config: dict, overrides: Sequence[str] = ()) -> None:
     """SweepError when out/ holds a run of this study and the study file differs from
-    out/sweep.yaml in a held key (HELD; tune too once out/choice.json exists)."""
+    out/sweep.yaml in a held key (HELD; tune too once out/choice.json exists), or the
+    command line's defining overrides differ from those the folder was first run with."""
     if not (out / "sweep.yaml").is_file():
         return
     held = yaml.safe_load((out / "sweep.yaml").read_text()) or {}
@@ -67,16 +71,37 @@ def refuse_edited_study(out: Path, config: dict) -> None:
             f"--out {out}: the study file changed {when} (it differs in {', '.join(differ)}); "
             "use a new --out for the edited study"
         )
+    first = held_overrides(out)
+    if first is not None and defining_overrides(first) != defining_overrides(list(overrides)):
+        raise SweepError(
+            f"--out {out}: this study was run with the overrides {_shown(first)}, not "
+            f"{_shown(overrides)}; use a new --out for other overrides"
+        )
 
 
-def write_study_spec(out: Path, config: dict) -> None:
+def held_overrides(out: Path) -> list[str] | None:
+    """The overrides out/ was first run with (None: a folder from before they were held)."""
+    try:
+        return list(json.loads((out / OVERRIDES).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _shown(overrides: Sequence[str]) -> str:
+    return " ".join(overrides) if overrides else "(none)"
+
+
+def write_study_spec(out: Path, config: dict, overrides: Sequence[str] = ()) -> None:
     """<out>/sweep.yaml: the study file as run; rewritten until the choice is made (an edit
-    to tune before it is the study's), kept after (an edit then is refused: refuse_edited_study)."""
+    to tune before it is the study's), kept after; and <out>/overrides.json, the command
+    line's overrides, as first run (an edit of either is refused: refuse_edited_study)."""
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "choice.json").is_file():
         tmp = out / "sweep.yaml.tmp"
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
         tmp.replace(out / "sweep.yaml")
+    if held_overrides(out) is None:
+        (out / OVERRIDES).write_text(json.dumps(list(overrides)) + "\n")
 
 
 class StudyRun:
