@@ -527,3 +527,30 @@ def test_other_command_line_overrides_on_a_studys_folder_are_refused(tmp_path, c
         assert err.count("\n") == 1 and "overrides x=1 y=2" in err, err
         assert _files(out) == before
     assert sweep.main([str(path), "--out", str(out), "y=2", "x=1"]) == 0
+
+
+def test_an_arm_with_no_completed_point_stops_the_study_and_a_rerun_proceeds(
+    tmp_path, capsys, monkeypatch
+):
+    """Every stage-1 trial of arm b failed: the study stops with one line naming the arm, exit
+    1, and writes no choice.json (one with that arm unchosen held the folder for good); fixed
+    and rerun, it chooses and runs stage 2. A choice.json from before, with an arm unchosen,
+    is no choice."""
+    from attnlab.sweeps.choice import read_choice
+
+    out, path = tmp_path / "out", _study(tmp_path)
+    monkeypatch.setenv("FAKE_STUDY_FAIL", "b")
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "arm=b" in err and "arm=a" not in err, err
+    assert "no choice written" in err and not (out / "choice.json").exists()
+    assert not (out / "seeds").exists()
+    monkeypatch.delenv("FAKE_STUDY_FAIL")  # the cause fixed; its failed trials deleted
+    for trial in (out / "tune").glob("arm_b-*"):
+        __import__("shutil").rmtree(trial)
+    assert sweep.main([str(path), "--out", str(out)]) == 0
+    assert [c.chosen for c in read_choice(out, [{"arm": "a"}, {"arm": "b"}])] == [4e-3, 4e-3]
+    record = json.loads((out / "choice.json").read_text())
+    record["arms"][1]["chosen"] = None
+    (out / "choice.json").write_text(json.dumps(record))
+    assert read_choice(out, [{"arm": "a"}, {"arm": "b"}]) is None

@@ -148,42 +148,46 @@ def plan(run: staged.StudyRun, source: str, parallel: int, grid: int) -> str:
 
 
 def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
-    """Stage 1 (the choices, or None when interrupted); its choice.json when a run of this
-    study made it before (stage 1 is not entered again: the same choice, nothing rerun)."""
+    """Stage 1: (the choices, None), or ([], the status that stops the study: interrupted, or
+    failed when an arm has nothing to choose; no choice.json is written then, so a rerun
+    decides again). A choice.json an earlier run of this study made is read instead (stage 1
+    is not entered again: the same choice, nothing rerun)."""
     tune, out, name = run.study.tune, run.out, run.config["name"]
     held = read_choice(out, run.arms)
     if held is not None:
         print(f"stage 1 was decided by an earlier run of this study: {out / 'choice.json'}")
-        return held
+        return held, None
     choices, tuned, interrupted = run.stage_one(
         lambda trials: staged.run_stage(trials, parallel, groups, tune.metric, share)
     )
     print()
     print(write_summary(tuned, out / "tune", f"{name} stage 1", source, tune.metric, interrupted))
     if interrupted:
-        return None
+        return [], Status.INTERRUPTED
+    bad = staged.unchosen(choices)
+    if bad:
+        arms = "; ".join(", ".join(f"{k}={v}" for k, v in c.arm.items()) for c in bad)
+        print(f"attnlab-sweep: error: no stage-1 point of {arms} completed with {tune.metric}: "
+              f"nothing to choose, no choice written (see {out / 'tune' / 'summary.md'}); once "
+              f"the cause is fixed, delete its trials' folders in {out / 'tune'} (or edit tune) "
+              "and rerun", file=sys.stderr)  # fmt: skip
+        return [], Status.FAILED
     path = write_choice(out, tune, choices)
     print(f"stage 1's choice: {path} (and choice.md)")
-    return choices
+    return choices, None
 
 
 def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: str) -> int:
     tune, primary, out, name = run.study.tune, run.study.primary, run.out, run.config["name"]
-    choices = _stage_one(run, source, parallel, groups, share)
-    if choices is None:
-        print(resume)
-        return exit_code([Status.INTERRUPTED])
+    choices, stopped = _stage_one(run, source, parallel, groups, share)
+    if stopped is not None:
+        if stopped == Status.INTERRUPTED:
+            print(resume)
+        return exit_code([stopped])
     for c in choices:
         arm = ", ".join(f"{k}={v}" for k, v in c.arm.items())
         edge = f"  AT THE EDGE after {c.extended} extension(s)" if c.at_edge else ""
         print(f"  {arm}: {tune.key}={c.chosen}{edge}")
-    bad = staged.unchosen(choices)
-    if bad:
-        arms = "; ".join(", ".join(f"{k}={v}" for k, v in c.arm.items()) for c in bad)
-        where = out / "tune" / "summary.md"
-        print(f"attnlab-sweep: error: no stage-1 point completed with {tune.metric} for {arms}: "
-              f"nothing to choose (see {where})", file=sys.stderr)  # fmt: skip
-        return exit_code([Status.FAILED])
     adopted = run.adopt(choices)
     if adopted:
         print(f"stage 2 reuses {len(adopted)} stage-1 run(s), the same config and seed at the "
