@@ -554,3 +554,22 @@ def test_an_arm_with_no_completed_point_stops_the_study_and_a_rerun_proceeds(
     record["arms"][1]["chosen"] = None
     (out / "choice.json").write_text(json.dumps(record))
     assert read_choice(out, [{"arm": "a"}, {"arm": "b"}]) is None
+
+
+def test_a_failed_or_diverged_stage_1_trial_runs_once_and_is_kept_as_it_ended(
+    tmp_path, capsys, monkeypatch
+):
+    """Resumed before its choice, a study keeps each stage-1 trial that ended (completed,
+    failed or diverged, with the same overrides) as it ended: a diverged point still cannot
+    win, and nothing is run twice (a rerun that came out otherwise would change the choice)."""
+    out = tmp_path / "out"
+    path = _study(tmp_path, _edited(SMALL, tune__values=[1.0e-3, 4.0e-3, 2.0]))  # 2.0 diverges
+    monkeypatch.setenv("FAKE_STUDY_FAIL", "b")  # b fails: no choice, so a rerun enters stage 1
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    capsys.readouterr()
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "kept      arm_a-lr_2-seed_1 (diverged earlier)" in printed, printed
+    assert "kept      arm_b-lr_0.001-seed_1 (failed earlier)" in printed, printed
+    attempts = {p.parent.name: len(p.read_text().split()) for p in out.glob("tune/*/attempts.log")}
+    assert len(attempts) == 6 and set(attempts.values()) == {1}, attempts

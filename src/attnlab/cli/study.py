@@ -158,7 +158,9 @@ def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
         print(f"stage 1 was decided by an earlier run of this study: {out / 'choice.json'}")
         return held, None
     choices, tuned, interrupted = run.stage_one(
-        lambda trials: staged.run_stage(trials, parallel, groups, tune.metric, share)
+        lambda trials: staged.run_stage(
+            trials, parallel, groups, tune.metric, share, staged.STAGE_ONE_KEPT
+        )
     )
     print()
     print(write_summary(tuned, out / "tune", f"{name} stage 1", source, tune.metric, interrupted))

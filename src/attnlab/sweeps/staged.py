@@ -257,6 +257,13 @@ def unchosen(choices: Sequence[Choice]) -> list[Choice]:
     return [c for c in choices if c.chosen is None]
 
 
-def run_stage(trials, parallel, groups, metric, share) -> list[TrialResult]:
+# The stage-1 trials a rerun keeps as they ended: each runs once (a diverged point still cannot
+# win; a failed one runs again once its folder is deleted).
+STAGE_ONE_KEPT = (Status.COMPLETED, Status.FAILED, Status.DIVERGED)
+
+
+def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,)):
+    """The trials run (attnlab.sweeps.runner.run_trials); those ended earlier with a status of
+    `kept` kept as they ended."""
     return run_trials(trials, parallel=parallel, groups=groups, metric_name=metric,
-                      memory_share=share)  # fmt: skip
+                      memory_share=share, kept=kept)  # fmt: skip
