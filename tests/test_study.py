@@ -573,3 +573,38 @@ def test_a_failed_or_diverged_stage_1_trial_runs_once_and_is_kept_as_it_ended(
     assert "kept      arm_b-lr_0.001-seed_1 (failed earlier)" in printed, printed
     attempts = {p.parent.name: len(p.read_text().split()) for p in out.glob("tune/*/attempts.log")}
     assert len(attempts) == 6 and set(attempts.values()) == {1}, attempts
+
+
+def test_evaluations_take_the_sweeps_gpu_slots_as_its_trials_do(tmp_path):
+    """attnlab-eval after each stage-2 trial runs on one of the --gpus slots
+    (CUDA_VISIBLE_DEVICES, and the memory share of --trials-per-gpu), one evaluation per slot
+    at a time, as the trials ran; without --gpus the environment's devices."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
+    from attnlab.sweeps.evaluate import evaluate_trials, load_evaluate
+
+    block = load_evaluate({"last": 0}, "study.yaml")
+    results = [SimpleNamespace(trial=SimpleNamespace(run_dir=tmp_path / f"t{i}", label=f"t{i}"),
+                               status="completed", metric=None) for i in range(4)]  # fmt: skip
+    seen, busy, lock = [], set(), threading.Lock()
+
+    def call(argv, log, env):
+        gpus = env.get("CUDA_VISIBLE_DEVICES")
+        with lock:
+            assert gpus not in busy  # one evaluation per slot at a time
+            busy.add(gpus)
+            seen.append((gpus, env.get(MEMORY_SHARE_ENV)))
+        time.sleep(0.05)
+        with lock:
+            busy.discard(gpus)
+        return 0
+
+    metric = "eval/test-last-beam4_lp0.6/bleu"
+    assert evaluate_trials(block, results, metric, 2, call, groups=["0", "1"], share=0.5) == []
+    assert sorted(seen) == [("0", "0.5"), ("0", "0.5"), ("1", "0.5"), ("1", "0.5")]
+    seen.clear()
+    evaluate_trials(block, results[:1], metric, 1, call)
+    assert seen == [(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get(MEMORY_SHARE_ENV))]

@@ -201,7 +201,8 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
     if run.study.evaluate is not None and not interrupted:
         how = " ".join(run.study.evaluate.argv(out / "seeds" / "<trial>"))
         print(f"evaluating stage 2's trials: attnlab-eval {how}")
-        for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel):
+        for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel,
+                                    groups=groups, share=share):  # fmt: skip
             print(f"attnlab-sweep: error: {line}", file=sys.stderr)
     print()
     print(write_summary(results, out / "seeds", f"{name} stage 2", source, primary.metric,
