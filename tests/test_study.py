@@ -608,3 +608,25 @@ def test_evaluations_take_the_sweeps_gpu_slots_as_its_trials_do(tmp_path):
     seen.clear()
     evaluate_trials(block, results[:1], metric, 1, call)
     assert seen == [(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get(MEMORY_SHARE_ENV))]
+
+
+def test_an_integer_log_grid_extends_to_distinct_values_of_at_least_one():
+    """Layers or steps on a log grid: the extension below the grid's low edge stops at 1 (1, 2,
+    4 halved is 0.5, run as 0 layers), a value rounded onto one before it is not run twice, and
+    refine's midpoints are integers not run before."""
+    from attnlab.sweeps.tuning import extension_points
+
+    low = lambda x: x  # noqa: E731  (better and better downward: the low edge is never left)
+    layers = Tune("model.n_layers", (1, 2, 4), (1,), "val/nll_best", "minimize", True, 2, "log")
+    assert extension_points(layers) == [8, 16]
+    assert plan_points(layers, {v: low(v) for v in (1, 2, 4)}) == []  # nothing below 1
+    wider = Tune("model.n_layers", (2, 4, 8), (1,), "val/nll_best", "minimize", False, 2, "log")
+    assert plan_points(wider, {v: low(v) for v in (2, 4, 8)}) == [1]
+    assert plan_points(wider, {v: low(v) for v in (1, 2, 4, 8)}) == []
+    close = Tune("steps", (2, 3), (1,), "val/nll_best", "minimize", False, 3, "log")
+    assert extension_points(close) == [1, 4, 7, 10]  # 3 / 1.5 and 3 / 2.25 both round to 1
+    assert plan_points(close, {1: 0.0, 2: 1.0, 3: 2.0}) == []
+    mids = plan_points(layers, {1: 2.0, 2: 1.0, 4: 3.0})  # sqrt(2) rounds onto 1: run already
+    assert mids == [3] and isinstance(mids[0], int)
+    choice = choose(layers, {}, {v: _point(low(v)) for v in (1, 2, 4)})
+    assert choice.chosen == 1 and choice.at_edge and choice.extended == 0
