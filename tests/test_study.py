@@ -403,7 +403,8 @@ def test_the_dry_runs_power_line_is_the_planners_and_compares_figure(tmp_path, c
     spread = statistics.stdev([-3, -1, 1, 3])
     four = [10 + 0.5 * x / spread for x in (-3, -1, 1, 3)]  # 4 seeds, std 0.5
     assert statistics.stdev(four) == pytest.approx(0.5)
-    compare_mdd = study_report.family_mdd({"a": four, "b": [x + 1 for x in four]}, "a", 1)["b"]
+    arms = {"a": list(enumerate(four)), "b": [(s, x + 1) for s, x in enumerate(four)]}
+    compare_mdd = study_report.family_mdd(arms, "a")[0]["b"]
     assert compare_mdd == pytest.approx(mdd, rel=1e-3)
 
 
@@ -630,3 +631,42 @@ def test_an_integer_log_grid_extends_to_distinct_values_of_at_least_one():
     assert mids == [3] and isinstance(mids[0], int)
     choice = choose(layers, {}, {v: _point(low(v)) for v in (1, 2, 4)})
     assert choice.chosen == 1 and choice.at_edge and choice.extended == 0
+
+
+@pytest.mark.parametrize("test", ["welch", "paired"])
+def test_the_dry_run_compares_mdd_and_the_table_agree_for_the_primarys_test(tmp_path, capsys, test):
+    """The smallest detectable difference is the primary test's: Welch's (df 2n - 2 at equal
+    spread) or the paired one's (the per-seed differences' se, df n - 1), at the table's Holm
+    alpha (0.05 / the arms tested against the baseline). The dry run's figure from --sd S (a
+    paired test: the differences' std taken as sqrt(2) S, seeds uncorrelated), compare's figure
+    on seeds of that spread, and the statistics table's MDD column are one number."""
+    import re
+
+    from attnlab.analysis import report, stats, study_report
+    from attnlab.analysis.runs import Group, Run
+    from attnlab.analysis.tables import fmt_number
+
+    spec = {**STUDY, "seeds": [1, 2, 3, 4], "primary": {**STUDY["primary"], "test": test}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert sweep.main([str(path), "--dry-run", "--sd", "0.5", "--out", str(tmp_path / "o")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "power:" in ln)
+    assert f"({test} test" in line and "at alpha 0.05/1 = 0.05" in line, line
+    dry = float(re.search(r"difference of ([\d.]+)", line).group(1))
+    df = 3 if test == "paired" else 6
+    assert dry == pytest.approx(stats.detectable_difference(0.5 * 0.5**0.5, df), rel=1e-3)
+
+    x = [-3, -1, 1, 3]
+    unit = [v / statistics.stdev(x) for v in x]  # std 1
+    base = {s: 10 + 0.5 * u for s, u in zip(range(1, 5), unit, strict=True)}  # std 0.5
+    # paired: the differences' std is sqrt(2) * 0.5, as the dry run takes it; Welch: std 0.5
+    noise = [0.5 * 2**0.5 * u for u in unit[::-1]] if test == "paired" else [0.0] * 4
+    arm = {s: base[s] + 1 + e for s, e in zip(base, noise, strict=True)}
+    pairs = {"a": list(base.items()), "b": list(arm.items())}
+    mdd, tested = study_report.family_mdd(pairs, "a", test)
+    assert tested == 1 and mdd["b"] == pytest.approx(dry, rel=1e-3)
+    groups = [Group({"arm": k}, [Run(Path(f"{k}{s}"), "completed", {"m": v}, {}, seed=s)
+                                 for s, v in vals]) for k, vals in pairs.items()]  # fmt: skip
+    table = report.statistics_table(groups, ["arm"], "m", groups[0], paired=test == "paired")
+    column = next(i for i, h in enumerate(table[0]) if h.startswith("MDD"))
+    assert table[2][column] == fmt_number(mdd["b"])

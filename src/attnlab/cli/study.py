@@ -74,23 +74,29 @@ def run_study(
 
 def power_line(run: staged.StudyRun, pilot: str | None, sd: float | None) -> str:
     """The smallest difference in the primary metric stage 2's seeds detect with 80% power
-    (two-sided Welch, equal seeds per arm), at Holm's strictest step over the family (alpha
-    0.05 / comparisons against the baseline): the planner's rule (attnlab.analysis.stats)."""
+    (the primary's test, equal seeds per arm) at Holm's strictest step over the family (alpha
+    0.05 / the arms compared against the baseline): the planner's rule (attnlab.analysis.stats)
+    and the MDD column of compare's table. A paired test takes its per-seed differences' std
+    as sqrt(2) x the seeds' std (seeds uncorrelated across arms; a correlation makes it less)."""
     from attnlab.analysis import stats
 
-    metric = run.study.primary.metric
+    primary = run.study.primary
     where = f"--sd {sd}"
     if pilot:
-        sd, where = _pilot_sd(pilot, metric)
+        sd, where = _pilot_sd(pilot, primary.metric)
     if sd is None or not sd > 0:
         raise SweepError(f"--sd {sd}: expected a standard deviation > 0")
     n, comparisons = len(run.study.seeds), max(len(run.arms) - 1, 1)
     alpha = stats.ALPHA / comparisons
-    mdd = stats.detectable_difference(sd * math.sqrt(2 / n), 2 * n - 2, stats.POWER, alpha)
+    paired = primary.test == "paired"  # se of the mean difference: sqrt(2) sd / sqrt(n) both
+    df = n - 1 if paired else 2 * n - 2
+    mdd = stats.detectable_difference(sd * math.sqrt(2 / n), df, stats.POWER, alpha)
     shown = "-" if mdd is None else f"{mdd:.4g}"
+    how = ", differences' std sqrt(2) x std: seeds uncorrelated" if paired else ""
     return (
-        f"  power: {n} seeds per arm detect a difference of {shown} in {metric} with 80% power "
-        f"at alpha {stats.ALPHA:g}/{comparisons} = {alpha:.3g} (std {sd:.4g} from {where})"
+        f"  power: {n} seeds per arm detect a difference of {shown} in {primary.metric} with 80% "
+        f"power ({primary.test} test{how}) at alpha {stats.ALPHA:g}/{comparisons} = {alpha:.3g} "
+        f"(std {sd:.4g} from {where})"
     )
 
 
