@@ -347,7 +347,7 @@ def test_a_studys_evaluate_block_runs_attnlab_eval_and_reads_the_primary_metric(
     assert block.label == "test-avg2-beam2_lp0.6"
     calls = []
 
-    def in_process(argv, log):  # attnlab-eval's main, as its own process would run it
+    def in_process(argv, log, env):  # attnlab-eval's main, as its own process would run it
         calls.append(argv)
         main(argv)
         return 0

@@ -122,8 +122,8 @@ STUDY = {
 }
 
 
-def _edited(**changes) -> dict:
-    study = json.loads(json.dumps(STUDY))
+def _edited(base: dict | None = None, **changes) -> dict:
+    study = json.loads(json.dumps(base or STUDY))
     for dotted, value in changes.items():
         *path, last = dotted.split("__")
         node = study
@@ -206,7 +206,7 @@ def test_a_tiny_study_runs_both_stages_and_a_killed_one_ends_the_same(tmp_path):
     calm = tmp_path / "calm"
     done = _run(path, calm)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "stage 1's choice:" in done.stdout and f"attnlab-compare {calm / 'seeds'}" in done.stdout
+    assert "stage 1's choice:" in done.stdout and f"attnlab-compare {calm}\n" in done.stdout
     outcome = _outcome(calm)
     a, b = outcome["choice"]
     assert a["arm"] == {"arm": "a"} and a["chosen"] == pytest.approx(4e-3)  # inside: refined
@@ -403,7 +403,8 @@ def test_the_dry_runs_power_line_is_the_planners_and_compares_figure(tmp_path, c
     spread = statistics.stdev([-3, -1, 1, 3])
     four = [10 + 0.5 * x / spread for x in (-3, -1, 1, 3)]  # 4 seeds, std 0.5
     assert statistics.stdev(four) == pytest.approx(0.5)
-    compare_mdd = study_report.family_mdd({"a": four, "b": [x + 1 for x in four]}, "a", 1)["b"]
+    arms = {"a": list(enumerate(four)), "b": [(s, x + 1) for s, x in enumerate(four)]}
+    compare_mdd = study_report.family_mdd(arms, "a")[0]["b"]
     assert compare_mdd == pytest.approx(mdd, rel=1e-3)
 
 
@@ -455,3 +456,217 @@ def test_a_group_label_is_matched_to_its_own_arm_only():
     assert _same_arm("n_heads=1, peak_lr=0.00566", {"model.n_heads": 1})
     assert not _same_arm("n_heads=8, peak_lr=1e-04", {"model.n_heads": 1})  # "=1" inside
     assert not _same_arm("n_heads=16, peak_lr=0.008", {"model.n_heads": 1})
+
+
+# ---- a small study run here (the stand-in trial, a few seconds) ----------------------------------
+
+SMALL = {**STUDY, "tune": {**STUDY["tune"], "values": [1.0e-3, 4.0e-3], "refine": False,
+                           "extend": 0}}  # fmt: skip
+
+
+def _study(tmp_path: Path, spec: dict | None = None, name: str = "study.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec or SMALL, sort_keys=False))
+    return path
+
+
+def test_a_finished_study_prints_the_compare_command_of_its_folder(tmp_path, capsys):
+    """The study view is attnlab-compare <out> (its sweep.yaml has the tune block); <out>/seeds
+    alone is read as a plain sweep, without the choice or the primary test's labels."""
+    out = tmp_path / "out"
+    assert sweep.main([str(_study(tmp_path)), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"compare: attnlab-compare {out}\n" in printed, printed[-2000:]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"primary__test": "paired"}, "primary"),
+        ({"primary__margin": 1}, "primary"),
+        ({"seeds": [1, 2, 3]}, "seeds"),
+        ({"evaluate": {"last": 0}, "primary__metric": "eval/test-last-beam4_lp0.6/bleu"},
+         "primary, evaluate"),
+        ({"parameters__arm": {"values": ["a", "b", "c"]}}, "parameters"),
+    ],
+    ids=["test", "margin", "seeds", "evaluate", "arms"],
+)  # fmt: skip
+def test_the_named_test_seeds_and_arms_are_held_from_a_folders_first_trial(
+    tmp_path, capsys, changes, named
+):
+    """Pre-registration: once a folder's first stage-1 trial has run (its sweep.yaml written),
+    an edit to primary, seeds, evaluate or the arms is refused for it, before the choice too:
+    one line naming the key, exit 2, nothing written. (tune may change until the choice.)"""
+    from attnlab.sweeps.staged import write_study_spec
+
+    out = tmp_path / "out"
+    write_study_spec(out, SMALL)  # what the first run writes before its first trial
+    (out / "tune" / "arm_a-lr_0.001-seed_1").mkdir(parents=True)
+    before = _files(out)
+    edited = _study(tmp_path, _edited(SMALL, **changes))
+    assert sweep.main([str(edited), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"differs in {named}" in err, err
+    assert _files(out) == before
+
+
+def test_other_command_line_overrides_on_a_studys_folder_are_refused(tmp_path, capsys):
+    """The overrides after the study file are held with it: a rerun into the same --out with
+    others (or none) would reuse a choice and trials made with the first ones. One line naming
+    both, exit 2, nothing written; the same ones (in any order) resume."""
+    out, path = tmp_path / "out", _study(tmp_path)
+    assert sweep.main([str(path), "--out", str(out), "x=1", "y=2"]) == 0
+    before = _files(out)
+    capsys.readouterr()
+    for other in (["x=2", "y=2"], []):
+        assert sweep.main([str(path), "--out", str(out), *other]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "overrides x=1 y=2" in err, err
+        assert _files(out) == before
+    assert sweep.main([str(path), "--out", str(out), "y=2", "x=1"]) == 0
+
+
+def test_an_arm_with_no_completed_point_stops_the_study_and_a_rerun_proceeds(
+    tmp_path, capsys, monkeypatch
+):
+    """Every stage-1 trial of arm b failed: the study stops with one line naming the arm, exit
+    1, and writes no choice.json (one with that arm unchosen held the folder for good); fixed
+    and rerun, it chooses and runs stage 2. A choice.json from before, with an arm unchosen,
+    is no choice."""
+    from attnlab.sweeps.choice import read_choice
+
+    out, path = tmp_path / "out", _study(tmp_path)
+    monkeypatch.setenv("FAKE_STUDY_FAIL", "b")
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "arm=b" in err and "arm=a" not in err, err
+    assert "no choice written" in err and not (out / "choice.json").exists()
+    assert not (out / "seeds").exists()
+    monkeypatch.delenv("FAKE_STUDY_FAIL")  # the cause fixed; its failed trials deleted
+    for trial in (out / "tune").glob("arm_b-*"):
+        __import__("shutil").rmtree(trial)
+    assert sweep.main([str(path), "--out", str(out)]) == 0
+    assert [c.chosen for c in read_choice(out, [{"arm": "a"}, {"arm": "b"}])] == [4e-3, 4e-3]
+    record = json.loads((out / "choice.json").read_text())
+    record["arms"][1]["chosen"] = None
+    (out / "choice.json").write_text(json.dumps(record))
+    assert read_choice(out, [{"arm": "a"}, {"arm": "b"}]) is None
+
+
+def test_a_failed_or_diverged_stage_1_trial_runs_once_and_is_kept_as_it_ended(
+    tmp_path, capsys, monkeypatch
+):
+    """Resumed before its choice, a study keeps each stage-1 trial that ended (completed,
+    failed or diverged, with the same overrides) as it ended: a diverged point still cannot
+    win, and nothing is run twice (a rerun that came out otherwise would change the choice)."""
+    out = tmp_path / "out"
+    path = _study(tmp_path, _edited(SMALL, tune__values=[1.0e-3, 4.0e-3, 2.0]))  # 2.0 diverges
+    monkeypatch.setenv("FAKE_STUDY_FAIL", "b")  # b fails: no choice, so a rerun enters stage 1
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    capsys.readouterr()
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "kept      arm_a-lr_2-seed_1 (diverged earlier)" in printed, printed
+    assert "kept      arm_b-lr_0.001-seed_1 (failed earlier)" in printed, printed
+    attempts = {p.parent.name: len(p.read_text().split()) for p in out.glob("tune/*/attempts.log")}
+    assert len(attempts) == 6 and set(attempts.values()) == {1}, attempts
+
+
+def test_evaluations_take_the_sweeps_gpu_slots_as_its_trials_do(tmp_path):
+    """attnlab-eval after each stage-2 trial runs on one of the --gpus slots
+    (CUDA_VISIBLE_DEVICES, and the memory share of --trials-per-gpu), one evaluation per slot
+    at a time, as the trials ran; without --gpus the environment's devices."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
+    from attnlab.sweeps.evaluate import evaluate_trials, load_evaluate
+
+    block = load_evaluate({"last": 0}, "study.yaml")
+    results = [SimpleNamespace(trial=SimpleNamespace(run_dir=tmp_path / f"t{i}", label=f"t{i}"),
+                               status="completed", metric=None) for i in range(4)]  # fmt: skip
+    seen, busy, lock = [], set(), threading.Lock()
+
+    def call(argv, log, env):
+        gpus = env.get("CUDA_VISIBLE_DEVICES")
+        with lock:
+            assert gpus not in busy  # one evaluation per slot at a time
+            busy.add(gpus)
+            seen.append((gpus, env.get(MEMORY_SHARE_ENV)))
+        time.sleep(0.05)
+        with lock:
+            busy.discard(gpus)
+        return 0
+
+    metric = "eval/test-last-beam4_lp0.6/bleu"
+    assert evaluate_trials(block, results, metric, 2, call, groups=["0", "1"], share=0.5) == []
+    assert sorted(seen) == [("0", "0.5"), ("0", "0.5"), ("1", "0.5"), ("1", "0.5")]
+    seen.clear()
+    evaluate_trials(block, results[:1], metric, 1, call)
+    assert seen == [(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get(MEMORY_SHARE_ENV))]
+
+
+def test_an_integer_log_grid_extends_to_distinct_values_of_at_least_one():
+    """Layers or steps on a log grid: the extension below the grid's low edge stops at 1 (1, 2,
+    4 halved is 0.5, run as 0 layers), a value rounded onto one before it is not run twice, and
+    refine's midpoints are integers not run before."""
+    from attnlab.sweeps.tuning import extension_points
+
+    low = lambda x: x  # noqa: E731  (better and better downward: the low edge is never left)
+    layers = Tune("model.n_layers", (1, 2, 4), (1,), "val/nll_best", "minimize", True, 2, "log")
+    assert extension_points(layers) == [8, 16]
+    assert plan_points(layers, {v: low(v) for v in (1, 2, 4)}) == []  # nothing below 1
+    wider = Tune("model.n_layers", (2, 4, 8), (1,), "val/nll_best", "minimize", False, 2, "log")
+    assert plan_points(wider, {v: low(v) for v in (2, 4, 8)}) == [1]
+    assert plan_points(wider, {v: low(v) for v in (1, 2, 4, 8)}) == []
+    close = Tune("steps", (2, 3), (1,), "val/nll_best", "minimize", False, 3, "log")
+    assert extension_points(close) == [1, 4, 7, 10]  # 3 / 1.5 and 3 / 2.25 both round to 1
+    assert plan_points(close, {1: 0.0, 2: 1.0, 3: 2.0}) == []
+    mids = plan_points(layers, {1: 2.0, 2: 1.0, 4: 3.0})  # sqrt(2) rounds onto 1: run already
+    assert mids == [3] and isinstance(mids[0], int)
+    choice = choose(layers, {}, {v: _point(low(v)) for v in (1, 2, 4)})
+    assert choice.chosen == 1 and choice.at_edge and choice.extended == 0
+
+
+@pytest.mark.parametrize("test", ["welch", "paired"])
+def test_the_dry_run_compares_mdd_and_the_table_agree_for_the_primarys_test(tmp_path, capsys, test):
+    """The smallest detectable difference is the primary test's: Welch's (df 2n - 2 at equal
+    spread) or the paired one's (the per-seed differences' se, df n - 1), at the table's Holm
+    alpha (0.05 / the arms tested against the baseline). The dry run's figure from --sd S (a
+    paired test: the differences' std taken as sqrt(2) S, seeds uncorrelated), compare's figure
+    on seeds of that spread, and the statistics table's MDD column are one number."""
+    import re
+
+    from attnlab.analysis import report, stats, study_report
+    from attnlab.analysis.runs import Group, Run
+    from attnlab.analysis.tables import fmt_number
+
+    spec = {**STUDY, "seeds": [1, 2, 3, 4], "primary": {**STUDY["primary"], "test": test}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert sweep.main([str(path), "--dry-run", "--sd", "0.5", "--out", str(tmp_path / "o")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "power:" in ln)
+    assert f"({test} test" in line and "at alpha 0.05/1 = 0.05" in line, line
+    dry = float(re.search(r"difference of ([\d.]+)", line).group(1))
+    df = 3 if test == "paired" else 6
+    assert dry == pytest.approx(stats.detectable_difference(0.5 * 0.5**0.5, df), rel=1e-3)
+
+    x = [-3, -1, 1, 3]
+    unit = [v / statistics.stdev(x) for v in x]  # std 1
+    base = {s: 10 + 0.5 * u for s, u in zip(range(1, 5), unit, strict=True)}  # std 0.5
+    # paired: the differences' std is sqrt(2) * 0.5, as the dry run takes it; Welch: std 0.5
+    noise = [0.5 * 2**0.5 * u for u in unit[::-1]] if test == "paired" else [0.0] * 4
+    arm = {s: base[s] + 1 + e for s, e in zip(base, noise, strict=True)}
+    pairs = {"a": list(base.items()), "b": list(arm.items())}
+    mdd, tested = study_report.family_mdd(pairs, "a", test)
+    assert tested == 1 and mdd["b"] == pytest.approx(dry, rel=1e-3)
+    groups = [Group({"arm": k}, [Run(Path(f"{k}{s}"), "completed", {"m": v}, {}, seed=s)
+                                 for s, v in vals]) for k, vals in pairs.items()]  # fmt: skip
+    table = report.statistics_table(groups, ["arm"], "m", groups[0], paired=test == "paired")
+    column = next(i for i, h in enumerate(table[0]) if h.startswith("MDD"))
+    assert table[2][column] == fmt_number(mdd["b"])

@@ -12,7 +12,6 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnlab.analysis.stats import ALPHA, POWER, detectable_difference
 from attnlab.analysis.tables import fmt_number, fmt_value
 
 CONFIRMATORY = "confirmatory (named in the study file before the runs)"
@@ -101,23 +100,26 @@ def _number(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def family_mdd(values: dict[str, list[float]], baseline: str, comparisons: int) -> dict:
-    """Per arm against the baseline: the smallest difference Welch's test detects with 80%
-    power at Holm's strictest step, alpha / comparisons (the Bonferroni bound of the family),
-    the alpha the verdict of a family of `comparisons` can rely on."""
-    alpha = ALPHA / max(1, comparisons)
+def family_mdd(
+    values: dict[str, list[tuple]], baseline: str, test: str = "welch"
+) -> tuple[dict[str, float | None], int]:
+    """Per arm against the baseline (values: label -> its runs' (seed, value)): the smallest
+    difference the primary's test (Welch's, or the paired one's by seed) detects with 80% power
+    at Holm's strictest step, alpha / m with m the arms tested against the baseline (the
+    Bonferroni bound of the family); and m. The statistics table's MDD column: the same tests
+    through attnlab.analysis.stats.with_holm. ValueError when a paired test meets other seeds."""
+    from attnlab.analysis import stats
+
     base = values.get(baseline, [])
-    out = {}
-    for arm, xs in values.items():
-        if arm == baseline or len(xs) < 2 or len(base) < 2:
-            continue
-        va, vb = statistics.variance(xs), statistics.variance(base)
-        se2 = va / len(xs) + vb / len(base)
-        if se2 <= 0:
-            out[arm] = None
-            continue
-        df = se2**2 / (
-            (va / len(xs)) ** 2 / (len(xs) - 1) + (vb / len(base)) ** 2 / (len(base) - 1)
-        )
-        out[arm] = detectable_difference(math.sqrt(se2), df, POWER, alpha)
-    return out
+    arms = [a for a in values if a != baseline]
+
+    def difference(pairs: list[tuple]):
+        if len(pairs) < 2 or len(base) < 2:
+            return None
+        if test == "paired":
+            return stats.paired(dict(pairs), dict(base))
+        return stats.welch([v for _, v in pairs], [v for _, v in base])
+
+    diffs = stats.with_holm([difference(values[a]) for a in arms])
+    tested = sum(d is not None and not math.isnan(d.p) for d in diffs)
+    return {a: d.mdd for a, d in zip(arms, diffs, strict=True) if d is not None}, tested

@@ -105,7 +105,8 @@ def _header(spec: dict, study, folder: Path) -> str:
         f"tuning seeds {list(study.tune.seeds)}; stage 2: seeds {list(study.seeds)} at each "
         f"arm's choice.\n\nPrimary comparison, {study_report.CONFIRMATORY}: {p.metric}, "
         f"{p.test} test against {against}; Holm over the family of its arms' comparisons; the "
-        f"smallest detectable difference at 80% power at the family's alpha (0.05 / comparisons)."
+        f"smallest detectable difference of the {p.test} test at 80% power at the family's alpha "
+        "(0.05 / the arms tested against the baseline), as in the table's MDD column."
     )
 
 
@@ -139,15 +140,15 @@ def _stage_two(c, study, spec, folder: Path, names):
     md += ["", markdown_table(c.statistics[primary.metric]), ""]
     values = {
         group_label(g, names): [
-            r.metrics[m] for r in g.completed() if (m := primary.metric) in r.metrics
+            (r.seed, r.metrics[m]) for r in g.completed() if (m := primary.metric) in r.metrics
         ]
         for g in c.groups
     }
     base = group_label(c.baseline, names)
-    mdd = study_report.family_mdd(values, base, len(c.groups) - 1)
+    mdd, tested = study_report.family_mdd(values, base, primary.test)
     for arm, d in mdd.items():
-        md.append(f"- {arm}: smallest detectable difference at alpha 0.05/{len(c.groups) - 1}: "
-                  f"{'-' if d is None else f'{d:.3g}'}")  # fmt: skip
+        md.append(f"- {arm}: smallest detectable difference ({primary.test} test, 80% power) "
+                  f"at alpha 0.05/{tested}: {'-' if d is None else f'{d:.3g}'}")  # fmt: skip
     reused = spec_reused(folder)
     if reused:
         md.append(

@@ -37,7 +37,7 @@ def run_study(
         raise SweepError("--count does not apply to a study: its stages set their trials")
     out = Path(args.out) if args.out else cli.default_out_dir(config["name"])
     cli.refuse_foreign_out(out, config)
-    staged.refuse_edited_study(out, config)
+    staged.refuse_edited_study(out, config, args.overrides)
     run = staged.StudyRun(config, study, out, args.overrides)
     parallel = args.parallel or (len(groups) if groups else 1)
     if groups and parallel > len(groups):
@@ -63,7 +63,7 @@ def run_study(
               "differs only in the tuned key); refine's midpoints lie between checked points"
         )  # fmt: skip
         return 0
-    staged.write_study_spec(out, config)
+    staged.write_study_spec(out, config, args.overrides)
     resume = f"resume: {cli.resume_command(argv if argv is not None else sys.argv[1:], out)}"
     previous = signal.signal(signal.SIGTERM, cli._raise_interrupt)
     try:
@@ -74,23 +74,29 @@ def run_study(
 
 def power_line(run: staged.StudyRun, pilot: str | None, sd: float | None) -> str:
     """The smallest difference in the primary metric stage 2's seeds detect with 80% power
-    (two-sided Welch, equal seeds per arm), at Holm's strictest step over the family (alpha
-    0.05 / comparisons against the baseline): the planner's rule (attnlab.analysis.stats)."""
+    (the primary's test, equal seeds per arm) at Holm's strictest step over the family (alpha
+    0.05 / the arms compared against the baseline): the planner's rule (attnlab.analysis.stats)
+    and the MDD column of compare's table. A paired test takes its per-seed differences' std
+    as sqrt(2) x the seeds' std (seeds uncorrelated across arms; a correlation makes it less)."""
     from attnlab.analysis import stats
 
-    metric = run.study.primary.metric
+    primary = run.study.primary
     where = f"--sd {sd}"
     if pilot:
-        sd, where = _pilot_sd(pilot, metric)
+        sd, where = _pilot_sd(pilot, primary.metric)
     if sd is None or not sd > 0:
         raise SweepError(f"--sd {sd}: expected a standard deviation > 0")
     n, comparisons = len(run.study.seeds), max(len(run.arms) - 1, 1)
     alpha = stats.ALPHA / comparisons
-    mdd = stats.detectable_difference(sd * math.sqrt(2 / n), 2 * n - 2, stats.POWER, alpha)
+    paired = primary.test == "paired"  # se of the mean difference: sqrt(2) sd / sqrt(n) both
+    df = n - 1 if paired else 2 * n - 2
+    mdd = stats.detectable_difference(sd * math.sqrt(2 / n), df, stats.POWER, alpha)
     shown = "-" if mdd is None else f"{mdd:.4g}"
+    how = ", differences' std sqrt(2) x std: seeds uncorrelated" if paired else ""
     return (
-        f"  power: {n} seeds per arm detect a difference of {shown} in {metric} with 80% power "
-        f"at alpha {stats.ALPHA:g}/{comparisons} = {alpha:.3g} (std {sd:.4g} from {where})"
+        f"  power: {n} seeds per arm detect a difference of {shown} in {primary.metric} with 80% "
+        f"power ({primary.test} test{how}) at alpha {stats.ALPHA:g}/{comparisons} = {alpha:.3g} "
+        f"(std {sd:.4g} from {where})"
     )
 
 
@@ -148,42 +154,48 @@ def plan(run: staged.StudyRun, source: str, parallel: int, grid: int) -> str:
 
 
 def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
-    """Stage 1 (the choices, or None when interrupted); its choice.json when a run of this
-    study made it before (stage 1 is not entered again: the same choice, nothing rerun)."""
+    """Stage 1: (the choices, None), or ([], the status that stops the study: interrupted, or
+    failed when an arm has nothing to choose; no choice.json is written then, so a rerun
+    decides again). A choice.json an earlier run of this study made is read instead (stage 1
+    is not entered again: the same choice, nothing rerun)."""
     tune, out, name = run.study.tune, run.out, run.config["name"]
     held = read_choice(out, run.arms)
     if held is not None:
         print(f"stage 1 was decided by an earlier run of this study: {out / 'choice.json'}")
-        return held
+        return held, None
     choices, tuned, interrupted = run.stage_one(
-        lambda trials: staged.run_stage(trials, parallel, groups, tune.metric, share)
+        lambda trials: staged.run_stage(
+            trials, parallel, groups, tune.metric, share, staged.STAGE_ONE_KEPT
+        )
     )
     print()
     print(write_summary(tuned, out / "tune", f"{name} stage 1", source, tune.metric, interrupted))
     if interrupted:
-        return None
+        return [], Status.INTERRUPTED
+    bad = staged.unchosen(choices)
+    if bad:
+        arms = "; ".join(", ".join(f"{k}={v}" for k, v in c.arm.items()) for c in bad)
+        print(f"attnlab-sweep: error: no stage-1 point of {arms} completed with {tune.metric}: "
+              f"nothing to choose, no choice written (see {out / 'tune' / 'summary.md'}); once "
+              f"the cause is fixed, delete its trials' folders in {out / 'tune'} (or edit tune) "
+              "and rerun", file=sys.stderr)  # fmt: skip
+        return [], Status.FAILED
     path = write_choice(out, tune, choices)
     print(f"stage 1's choice: {path} (and choice.md)")
-    return choices
+    return choices, None
 
 
 def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: str) -> int:
     tune, primary, out, name = run.study.tune, run.study.primary, run.out, run.config["name"]
-    choices = _stage_one(run, source, parallel, groups, share)
-    if choices is None:
-        print(resume)
-        return exit_code([Status.INTERRUPTED])
+    choices, stopped = _stage_one(run, source, parallel, groups, share)
+    if stopped is not None:
+        if stopped == Status.INTERRUPTED:
+            print(resume)
+        return exit_code([stopped])
     for c in choices:
         arm = ", ".join(f"{k}={v}" for k, v in c.arm.items())
         edge = f"  AT THE EDGE after {c.extended} extension(s)" if c.at_edge else ""
         print(f"  {arm}: {tune.key}={c.chosen}{edge}")
-    bad = staged.unchosen(choices)
-    if bad:
-        arms = "; ".join(", ".join(f"{k}={v}" for k, v in c.arm.items()) for c in bad)
-        where = out / "tune" / "summary.md"
-        print(f"attnlab-sweep: error: no stage-1 point completed with {tune.metric} for {arms}: "
-              f"nothing to choose (see {where})", file=sys.stderr)  # fmt: skip
-        return exit_code([Status.FAILED])
     adopted = run.adopt(choices)
     if adopted:
         print(f"stage 2 reuses {len(adopted)} stage-1 run(s), the same config and seed at the "
@@ -195,12 +207,13 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
     if run.study.evaluate is not None and not interrupted:
         how = " ".join(run.study.evaluate.argv(out / "seeds" / "<trial>"))
         print(f"evaluating stage 2's trials: attnlab-eval {how}")
-        for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel):
+        for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel,
+                                    groups=groups, share=share):  # fmt: skip
             print(f"attnlab-sweep: error: {line}", file=sys.stderr)
     print()
     print(write_summary(results, out / "seeds", f"{name} stage 2", source, primary.metric,
                         interrupted))  # fmt: skip
-    print(f"compare: attnlab-compare {out / 'seeds'}")
+    print(f"compare: attnlab-compare {out}")  # the study view (out/seeds alone: a plain sweep)
     if interrupted:
         print(resume)
     return exit_code(

@@ -73,7 +73,8 @@ def choice_markdown(tune, choices: Sequence[Choice]) -> str:
 
 def read_choice(out: Path, arms: Sequence[dict]) -> list[Choice] | None:
     """The choices of <out>/choice.json in the order of `arms`; None when there is none (or it
-    does not hold every arm: then stage 1 decides again)."""
+    does not hold every arm, or an arm in it has no chosen value, as an older attnlab wrote
+    when an arm had no completed point: then stage 1 decides again)."""
     try:
         record = json.loads((out / "choice.json").read_text())
         held = [Choice(**c) for c in record["arms"]]
@@ -81,4 +82,4 @@ def read_choice(out: Path, arms: Sequence[dict]) -> list[Choice] | None:
         return None
     by_arm = {json.dumps(c.arm, sort_keys=True): c for c in held}
     found = [by_arm.get(json.dumps(dict(a), sort_keys=True)) for a in arms]
-    return None if any(c is None for c in found) else found
+    return None if any(c is None or c.chosen is None for c in found) else found

@@ -17,6 +17,7 @@ kill evaluates only what is missing.
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -118,25 +119,44 @@ def check_primary(metric: str, evaluate: Evaluate | None, source: str) -> None:
 
 
 def evaluate_trials(
-    evaluate: Evaluate, results: Sequence, metric: str, parallel: int, call: Callable | None = None
+    evaluate: Evaluate,
+    results: Sequence,
+    metric: str,
+    parallel: int,
+    call: Callable | None = None,
+    groups: Sequence[str] = (),
+    share: float | None = None,
 ) -> list[str]:
     """attnlab-eval on every completed trial of `results` whose evaluation is not written yet,
-    `parallel` at a time (`call(argv, log file) -> exit code`; default: its own process); each
-    result's metric then read from its evaluation. The trials whose evaluation failed (their
-    log: <trial>/eval/<name>.log), as lines to print."""
+    `parallel` at a time (`call(argv, log file, env) -> exit code`; default: its own process);
+    each result's metric then read from its evaluation. Each evaluation holds one of the sweep's
+    GPU slots `groups` while it runs, as the trials did (CUDA_VISIBLE_DEVICES, and `share` of
+    the GPU's memory: attnlab.sweeps.runner.trial_env); without them, the environment's devices.
+    The trials whose evaluation failed (their log: <trial>/eval/<name>.log), as lines to print."""
+    from attnlab.sweeps.runner import trial_env
+
     call = call or _process
     todo = [r for r in results if r.status == Status.COMPLETED and not _json(evaluate, r).is_file()]
+    slots: queue.Queue = queue.Queue()
+    for gpus in groups:
+        slots.put(gpus)
 
     def one(result) -> str | None:
         log = result.trial.run_dir / "eval" / f"{evaluate.label}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        code = call(evaluate.argv(result.trial.run_dir), log)
+        gpus = slots.get() if groups else None
+        try:
+            code = call(evaluate.argv(result.trial.run_dir), log, trial_env(gpus, share))
+        finally:
+            if groups:
+                slots.put(gpus)
         return None if code == 0 else f"{result.trial.label}: attnlab-eval exit {code} ({log})"
 
-    if parallel <= 1:  # here (attnlab-eval's own signal handling needs the main thread)
+    workers = min(parallel, len(groups)) if groups else parallel
+    if workers <= 1:  # here (attnlab-eval's own signal handling needs the main thread)
         failed = [line for line in map(one, todo) if line]
     else:
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             failed = [line for line in pool.map(one, todo) if line]
     score = metric.rsplit("/", 1)[-1]
     for r in results:
@@ -148,13 +168,15 @@ def evaluate_trials(
     return failed
 
 
-def _process(argv: list[str], log: Path) -> int:
-    """attnlab-eval in a process of its own, its output in `log`."""
+def _process(argv: list[str], log: Path, env: dict[str, str]) -> int:
+    """attnlab-eval in a process of its own, in `env`, its output in `log`."""
     cmd = [sys.executable, "-m", "attnlab.cli.eval", *argv]
     with open(log, "w") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
+        if "CUDA_VISIBLE_DEVICES" in env:
+            fh.write(f"# CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}\n")
         fh.flush()
-        return subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        return subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
 
 
 def _json(evaluate: Evaluate, result) -> Path:

@@ -23,7 +23,13 @@ from pathlib import Path
 
 from attnlab.runs.gpu_share import MEMORY_SHARE_ENV
 from attnlab.runs.identity import defining_overrides
-from attnlab.runs.status import EXIT_BAD_CONFIG, FINAL_STATUSES, Status, status_from_exit_code
+from attnlab.runs.status import (
+    EXIT_BAD_CONFIG,
+    EXIT_CODES,
+    FINAL_STATUSES,
+    Status,
+    status_from_exit_code,
+)
 from attnlab.sweeps.spec import Trial
 
 STOP_GRACE_S = 15.0  # time given to interrupted trials (SIGINT) before SIGKILL
@@ -126,13 +132,14 @@ def read_results(run_dir: Path | None) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def completed_earlier(trial: Trial) -> dict | None:
-    """results.json of an earlier run of this very trial that completed, or None: the same
-    defining overrides, the rule by which attnlab-train itself would answer "already
-    completed" (attnlab.runs.identity). A resumed sweep keeps such a trial without starting its
-    process (about 12 s of imports each on a small CPU, just to hear that)."""
+def completed_earlier(trial: Trial, kept: Sequence[str] = (Status.COMPLETED,)) -> dict | None:
+    """results.json of an earlier run of this very trial that ended with a status of `kept`
+    (default: completed), or None: the same defining overrides, the rule by which attnlab-train
+    itself would answer "already completed" (attnlab.runs.identity). A resumed sweep keeps such
+    a trial without starting its process (about 12 s of imports each on a small CPU, just to
+    hear that); a study's stage 1 keeps failed and diverged ones too (each trial runs once)."""
     results = read_results(trial.run_dir)
-    if not results or results.get("status") != Status.COMPLETED:
+    if not results or results.get("status") not in kept:
         return None
     recorded = results.get("overrides") or []
     return results if defining_overrides(recorded) == defining_overrides(trial.overrides) else None
@@ -203,12 +210,14 @@ def run_trials(
     metric_name: str = "val/nll",
     log: Callable[[str], None] = print,
     memory_share: float | None = None,
+    kept: Sequence[str] = (Status.COMPLETED,),
 ) -> list[TrialResult]:
     """Run every trial (each needs a run_dir), `parallel` at a time; each running trial holds one
     GPU group from `groups` (a group listed K times, gpu_slots, runs K trials at once, each
     limited to `memory_share` of its memory). A failed trial does not stop the others. Ctrl-C
-    (KeyboardInterrupt) interrupts the running trials and returns with the rest not_started."""
-    pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share)
+    (KeyboardInterrupt) interrupts the running trials and returns with the rest not_started.
+    A trial an earlier run ended with a status of `kept` is kept as it ended, not started."""
+    pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share, kept)
     try:
         pool.run()
     except KeyboardInterrupt:
@@ -220,8 +229,9 @@ class _TrialPool:
     """The trials waiting, the processes running (with their GPU groups), the results."""
 
     def __init__(
-        self, trials, parallel: int, groups, metric_name: str, log, memory_share=None
-    ) -> None:
+        self, trials, parallel: int, groups, metric_name: str, log, memory_share=None,
+        kept=(Status.COMPLETED,),
+    ) -> None:  # fmt: skip
         self.results = [TrialResult(t) for t in trials]
         self.pending = deque(self.results)
         self.groups = list(groups)
@@ -231,6 +241,7 @@ class _TrialPool:
         self.warned: set[str] = set()  # trial warnings already on the console
         self.metric_name, self.log = metric_name, log
         self.memory_share: float | None = memory_share
+        self.kept: tuple[str, ...] = tuple(kept)
 
     def run(self) -> None:
         while self.pending or self.running:
@@ -254,14 +265,19 @@ class _TrialPool:
         return f"[{result.trial.index + 1}/{len(self.results)}]"
 
     def keep(self, result: TrialResult) -> bool:
-        """A trial that completed in an earlier run of the sweep: recorded, not started."""
-        results = completed_earlier(result.trial)
+        """A trial that ended (completed; or a status of self.kept) in an earlier run of the
+        sweep: recorded as it ended, not started."""
+        results = completed_earlier(result.trial, self.kept)
         if results is None:
             return False
-        result.status, result.exit_code = Status.COMPLETED, 0
+        result.status = Status(results["status"])
+        result.exit_code = EXIT_CODES.get(result.status)
         result.wall_time_s = results.get("wall_time_s")
         result.metric = _metric(results, self.metric_name)
-        self.log(f"{self._progress(result)} kept      {result.trial.label} (completed earlier)")
+        if result.status != Status.COMPLETED:
+            result.error = str(results.get("error") or result.status)
+        label = f"{self._progress(result)} kept      {result.trial.label}"
+        self.log(f"{label} ({result.status} earlier)")
         return True
 
     def start(self, result: TrialResult) -> None:

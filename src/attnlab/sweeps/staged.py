@@ -1,7 +1,9 @@
 """A study's two stages, run here (attnlab-sweep STUDY --out DIR; rules: attnlab.sweeps.tuning).
 
-    DIR/sweep.yaml          the study file as run (an edited file is refused for DIR once
-                            DIR/choice.json exists)
+    DIR/sweep.yaml          the study file as run (for DIR, an edit of its arms, command,
+                            seeds, primary or evaluate is refused from the first run, of
+                            its tune block once DIR/choice.json exists)
+    DIR/overrides.json      the command line's overrides (others are refused for DIR)
     DIR/tune/<arm>-<key>_<value>-seed_<s>/    stage 1's trials, summary.json / .md
     DIR/choice.json, choice.md                each arm's points, scores and chosen value
     DIR/seeds/<arm>-seed_<s>/                 stage 2's trials, summary.json / .md, and a
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from attnlab.runs.identity import defining_overrides
 from attnlab.runs.status import Status
 from attnlab.sweeps.runner import TrialResult, run_trials
 from attnlab.sweeps.spec import SweepError, Trial, make_trial, trial_name
@@ -44,42 +47,61 @@ REUSE_NOTE = (
     "stage 2's seed is one of stage 1's tuning seeds: at the chosen value this run is the stage-1 "
     "run of the same config and seed (chosen on its validation metric), reused, not retrained"
 )
-# The keys of the study file whose edit after the choice changes what the folder means.
-DEFINING = (
-    "name",
-    "method",
-    "parameters",
-    "command",
-    "program",
-    "tune",
-    "seeds",
-    "primary",
-    "evaluate",
-)
+# The keys of the study file held for a folder from its first run: the arms, what a trial runs,
+# and what was named before the runs (the seeds, the primary test, the evaluation). tune is held
+# from the choice (an edit before it is the study's: its trials are named by their values).
+HELD = ("name", "method", "parameters", "command", "program", "seeds", "primary", "evaluate")
+HELD_AFTER_CHOICE = ("tune",)
+OVERRIDES = "overrides.json"  # the command line's overrides, held from the first run
 
 
-def refuse_edited_study(out: Path, config: dict) -> None:
-    """SweepError when out/choice.json exists and the study file differs from out/sweep.yaml
-    in a key that made the choice or defines the seeds."""
-    if not (out / "choice.json").is_file() or not (out / "sweep.yaml").is_file():
+def refuse_edited_study(out: Path, config: dict, overrides: Sequence[str] = ()) -> None:
+    """SweepError when out/ holds a run of this study and the study file differs from
+    out/sweep.yaml in a held key (HELD; tune too once out/choice.json exists), or the
+    command line's defining overrides differ from those the folder was first run with."""
+    if not (out / "sweep.yaml").is_file():
         return
     held = yaml.safe_load((out / "sweep.yaml").read_text()) or {}
-    differ = [k for k in DEFINING if held.get(k) != config.get(k)]
+    chosen = (out / "choice.json").is_file()
+    keys = HELD + (HELD_AFTER_CHOICE if chosen else ())
+    differ = [k for k in keys if held.get(k) != config.get(k)]
     if differ:
+        when = "after its choice was made" if chosen else "since this folder's first run"
         raise SweepError(
-            f"--out {out}: the study file changed after its choice was made (it differs in "
-            f"{', '.join(differ)}); use a new --out for the edited study"
+            f"--out {out}: the study file changed {when} (it differs in {', '.join(differ)}); "
+            "use a new --out for the edited study"
+        )
+    first = held_overrides(out)
+    if first is not None and defining_overrides(first) != defining_overrides(list(overrides)):
+        raise SweepError(
+            f"--out {out}: this study was run with the overrides {_shown(first)}, not "
+            f"{_shown(overrides)}; use a new --out for other overrides"
         )
 
 
-def write_study_spec(out: Path, config: dict) -> None:
+def held_overrides(out: Path) -> list[str] | None:
+    """The overrides out/ was first run with (None: a folder from before they were held)."""
+    try:
+        return list(json.loads((out / OVERRIDES).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _shown(overrides: Sequence[str]) -> str:
+    return " ".join(overrides) if overrides else "(none)"
+
+
+def write_study_spec(out: Path, config: dict, overrides: Sequence[str] = ()) -> None:
     """<out>/sweep.yaml: the study file as run; rewritten until the choice is made (an edit
-    before it is the study's), kept after (an edit then is refused: refuse_edited_study)."""
+    to tune before it is the study's), kept after; and <out>/overrides.json, the command
+    line's overrides, as first run (an edit of either is refused: refuse_edited_study)."""
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "choice.json").is_file():
         tmp = out / "sweep.yaml.tmp"
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
         tmp.replace(out / "sweep.yaml")
+    if held_overrides(out) is None:
+        (out / OVERRIDES).write_text(json.dumps(list(overrides)) + "\n")
 
 
 class StudyRun:
@@ -235,6 +257,13 @@ def unchosen(choices: Sequence[Choice]) -> list[Choice]:
     return [c for c in choices if c.chosen is None]
 
 
-def run_stage(trials, parallel, groups, metric, share) -> list[TrialResult]:
+# The stage-1 trials a rerun keeps as they ended: each runs once (a diverged point still cannot
+# win; a failed one runs again once its folder is deleted).
+STAGE_ONE_KEPT = (Status.COMPLETED, Status.FAILED, Status.DIVERGED)
+
+
+def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,)):
+    """The trials run (attnlab.sweeps.runner.run_trials); those ended earlier with a status of
+    `kept` kept as they ended."""
     return run_trials(trials, parallel=parallel, groups=groups, metric_name=metric,
-                      memory_share=share)  # fmt: skip
+                      memory_share=share, kept=kept)  # fmt: skip

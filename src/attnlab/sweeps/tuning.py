@@ -285,17 +285,36 @@ def _between(tune: Tune, a: float, b: float) -> float:
     return _whole(tune, mid)
 
 
+def _integer(tune: Tune) -> bool:
+    return all(isinstance(v, int) for v in tune.values)
+
+
 def _whole(tune: Tune, x: float):
     """A new point as it is run: an integer grid's (warmup steps, a batch size) rounded to an
     integer, a float's to 4 significant digits (a rate of 2.828e-3, not 2.8284271247e-3)."""
-    if all(isinstance(v, int) for v in tune.values):
-        return round(x)
-    return float(f"{x:.4g}")
+    return round(x) if _integer(tune) else float(f"{x:.4g}")
 
 
 def _allowed(tune: Tune, x: float) -> bool:
-    """A linear grid of values >= 0 (warmup steps, dropout) is not extended below 0."""
-    return tune.geometric or min(tune.values) < 0 or x >= 0
+    """A point beyond the grid keeps its sign: a log grid's stays positive (an integer one's
+    >= 1: layers 1, 2, 4 halved are 0.5, run as 0); a linear grid of values >= 0 (warmup steps,
+    dropout) is not extended below 0."""
+    if tune.geometric:
+        return x >= 1 if _integer(tune) else x > 0
+    return min(tune.values) < 0 or x >= 0
+
+
+def _side(tune: Tune, side: str) -> list:
+    """The points `extend` may add beyond the grid's low or high edge, in the order they run;
+    they stop where one would leave the grid's sign (_allowed) or, rounded, repeat the point
+    before it (an integer grid: 3 / 1.5 and 3 / 2.25 are both run as 1)."""
+    points = [tune.values[0] if side == "low" else tune.values[-1]]
+    for k in range(1, tune.extend + 1):
+        x = _beyond(tune, side, k)
+        if not _allowed(tune, x) or _key(x) == _key(points[-1]):
+            break
+        points.append(x)
+    return points[1:]
 
 
 def _key(x: float) -> float:
@@ -335,31 +354,24 @@ def plan_points(tune: Tune, scores: Mapping) -> list:
     if best is None:
         return []
     for side, edge in (("low", coarse[0]), ("high", coarse[-1])):
-        used = sum(_key(_beyond(tune, side, k)) in scores for k in range(1, tune.extend + 1))
-        if best == edge and used < tune.extend and _allowed(tune, _beyond(tune, side, used + 1)):
-            return [_beyond(tune, side, used + 1)]
+        beyond = _side(tune, side)
+        used = sum(_key(p) in scores for p in beyond)
+        if best == edge and used < len(beyond):
+            return [beyond[used]]
     if not tune.refine:
         return []
     i = coarse.index(best)
     mids = [_between(tune, best, coarse[j]) for j in (i - 1, i + 1) if 0 <= j < len(coarse)]
-    return [m for m in mids if _key(m) not in scores]
+    return list(dict.fromkeys(m for m in mids if _key(m) not in scores))  # rounded onto a run one
 
 
 def extension_points(tune: Tune) -> list:
     """Every point `extend` can add beyond either edge (the dry run checks their configs)."""
-    if not tune.numeric:
-        return []
-    points = [_beyond(tune, side, k) for side in ("low", "high") for k in range(1, tune.extend + 1)]
-    return [p for p in points if _allowed(tune, p)]
+    return [p for side in ("low", "high") for p in _side(tune, side)] if tune.numeric else []
 
 
 def _extensions(tune: Tune, scores: Mapping) -> list[float]:
-    return [
-        _beyond(tune, side, k)
-        for side in ("low", "high")
-        for k in range(1, tune.extend + 1)
-        if _key(_beyond(tune, side, k)) in scores
-    ]
+    return [p for p in extension_points(tune) if _key(p) in scores]
 
 
 def choose(tune: Tune, arm: Mapping, points: Mapping) -> Choice:
