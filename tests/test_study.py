@@ -154,10 +154,11 @@ def _edited(base: dict | None = None, **changes) -> dict:
         ({"tune__scale": "log2"}, "tune.scale='log2'; expected log or linear"),
         ({"primary__metric": "eval/beam/bleu"}, "primary.metric=eval/beam/bleu is attnlab-eval's"),
         ({"evaluate": {"beam": 4}}, "evaluate.beam is not a key of evaluate; expected: last,"),
+        ({"tune__stop_stalled": 0}, "tune.stop_stalled=0 must be a validation count >= 1"),
     ],
     ids=["tuned-is-arm", "test-metric", "empty-grid", "refine-categorical", "baseline-value",
          "baseline-key", "test-name", "tune-typo", "no-seeds", "seed-arm", "top-level-typo",
-         "label-collision", "scale", "eval-metric-no-block", "evaluate-typo"],
+         "label-collision", "scale", "eval-metric-no-block", "evaluate-typo", "stall-count"],
 )  # fmt: skip
 def test_a_bad_study_file_is_one_line_naming_the_key_and_writes_nothing(
     tmp_path, capsys, changes, message
@@ -670,3 +671,69 @@ def test_the_dry_run_compares_mdd_and_the_table_agree_for_the_primarys_test(tmp_
     table = report.statistics_table(groups, ["arm"], "m", groups[0], paired=test == "paired")
     column = next(i for i, h in enumerate(table[0]) if h.startswith("MDD"))
     assert table[2][column] == fmt_number(mdd["b"])
+
+
+def test_a_stalled_stage_1_trial_stops_early_and_the_choice_file_says_which_and_when(
+    tmp_path, capsys
+):
+    """tune.stop_stalled: N reaches stage 1's trials (ATTNLAB_STOP_STALLED=N), not stage 2's: the
+    stand-in trial of arm b at 1e-3 (val/nll_best 4.2, above its 3.0 at initialization) ends
+    "pruned", cannot win, and choice.json and choice.md name it with its step; the choice is
+    the one without the rule (b at 4e-3), and the dry run says the rule."""
+    out = tmp_path / "out"
+    path = _study(tmp_path, _edited(SMALL, tune__stop_stalled=2))
+    assert sweep.main([str(path), "--dry-run"]) == 0
+    assert "at validation 2 stops there" in capsys.readouterr().out
+    assert sweep.main([str(path), "--out", str(out)]) == 0
+    record = json.loads((out / "choice.json").read_text())
+    assert [a["chosen"] for a in record["arms"]] == [4e-3, 4e-3]
+    (stopped,) = record["stopped_early"]
+    assert stopped["trial"].startswith("arm_b-lr_0.001") and stopped["step"] == 20
+    b = record["arms"][1]["points"]
+    assert [p["statuses"] for p in b] == [["pruned"], ["completed"]] and b[0]["score"] is None
+    md = (out / "choice.md").read_text()
+    assert "## Stopped early (tune.stop_stalled: 2)" in md and "at step 20 (validation 2)" in md
+    stage2 = [json.loads(p.read_text()) for p in out.glob("seeds/*/results.json")]
+    assert stage2 and all(r["status"] == "completed" for r in stage2)  # the rule is stage 1's
+
+
+def test_the_stall_rule_stops_a_run_above_its_initial_loss_at_its_nth_validation(
+    tmp_path, monkeypatch
+):
+    """attnlab.training.stall_stop: at the N-th validation (not the sanity check, not the last)
+    a val/nll above nll_init stops the run ("pruned" through `pruned`), below it does not; the
+    count survives a checkpoint; ATTNLAB_STOP_STALLED adds the callback to the Trainer."""
+    from types import SimpleNamespace
+
+    import lightning as L
+    import torch
+
+    from attnlab.training.stall_stop import StallStop, stall_stop
+    from attnlab.training.trainer import build_trainer
+
+    def validate(cb, nll, step=10, sanity=False, max_steps=100):
+        trainer = SimpleNamespace(sanity_checking=sanity, max_steps=max_steps, global_step=step,
+                                  is_global_zero=True, world_size=1, should_stop=False,
+                                  callback_metrics={"val/nll": torch.tensor(nll)})  # fmt: skip
+        cb.on_validation_end(trainer, SimpleNamespace(nll_init=torch.tensor(3.0)))
+        return trainer.should_stop
+
+    cb = StallStop(2)
+    assert not validate(cb, 5.0, sanity=True) and not validate(cb, 5.0)  # sanity, then the 1st
+    assert validate(cb, 3.5, step=20) and cb.pruned
+    assert cb.results_record()["stopped_early"]["step"] == 20
+    below = StallStop(2)
+    assert not validate(below, 5.0) and not validate(below, 2.9) and not below.pruned
+    last = StallStop(1)
+    assert not validate(last, 5.0, step=100) and last.results_record() == {}  # the budget's end
+    resumed = StallStop(2)
+    resumed.load_state_dict(StallStop(2).state_dict() | {"validations": 1})
+    assert validate(resumed, 4.0)
+    assert stall_stop({}) == [] and isinstance(
+        stall_stop({"ATTNLAB_STOP_STALLED": "3"})[0], StallStop
+    )
+    monkeypatch.setenv("ATTNLAB_STOP_STALLED", "2")
+    plain = {"trainer": {"max_steps": 4, "accelerator": "cpu", "enable_progress_bar": False},
+             "scheduler": {}}  # fmt: skip
+    trainer, _ = build_trainer(L.Trainer, plain, [], tmp_path, [])
+    assert any(isinstance(c, StallStop) and c.after == 2 for c in trainer.callbacks)

@@ -140,12 +140,18 @@ def plan(run: staged.StudyRun, source: str, parallel: int, grid: int) -> str:
     study, tune, primary = run.study, run.study.tune, run.study.primary
     against = ", ".join(f"{k}={v}" for k, v in primary.baseline.items())
     margin = f", equivalence margin {primary.margin}" if primary.margin is not None else ""
+    stall = (
+        f"; a trial above its initial loss at validation {tune.stop_stalled} stops there"
+        if tune.stop_stalled
+        else ""
+    )
     return (
         f"study {run.config['name']} ({source}): {len(run.arms)} arms, {parallel} trial(s) at a "
         f"time, out {run.out}\n"
         f"  stage 1: {tune.key} over {list(tune.values)} x tuning seeds {list(tune.seeds)} per "
         f"arm, chosen on {tune.metric} ({tune.goal}): {grid} trials, at most "
-        f"{run.upper_bound()} with extend={tune.extend} and refine={str(tune.refine).lower()}\n"
+        f"{run.upper_bound()} with extend={tune.extend} and refine={str(tune.refine).lower()}"
+        f"{stall}\n"
         f"  stage 2: seeds {list(study.seeds)} at each arm's choice: "
         f"{len(run.arms) * len(study.seeds)} trials\n"
         f"  primary (named before the runs): {primary.metric}, {primary.test} test against "
@@ -165,7 +171,13 @@ def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
         return held, None
     choices, tuned, interrupted = run.stage_one(
         lambda trials: staged.run_stage(
-            trials, parallel, groups, tune.metric, share, staged.STAGE_ONE_KEPT
+            trials,
+            parallel,
+            groups,
+            tune.metric,
+            share,
+            staged.STAGE_ONE_KEPT,
+            staged.stage_one_env(tune),
         )
     )
     print()
@@ -180,7 +192,7 @@ def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
               f"the cause is fixed, delete its trials' folders in {out / 'tune'} (or edit tune) "
               "and rerun", file=sys.stderr)  # fmt: skip
         return [], Status.FAILED
-    path = write_choice(out, tune, choices)
+    path = write_choice(out, tune, choices, staged.stopped_early(tuned))
     print(f"stage 1's choice: {path} (and choice.md)")
     return choices, None
 

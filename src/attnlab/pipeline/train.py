@@ -212,7 +212,7 @@ def _final_status(built: Built) -> str:
     if getattr(built.module, "diverged", False):  # (a module of one's own may not say)
         return Status.DIVERGED
     if any(getattr(c, "pruned", False) for c in built.trainer.callbacks):
-        return Status.PRUNED  # stopped by a searched sweep's pruner (training/pruning.py)
+        return Status.PRUNED  # a search's pruner (training/pruning.py), a study's stall rule
     return Status.DEBUG if built.trainer.fast_dev_run else Status.COMPLETED
 
 

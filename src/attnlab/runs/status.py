@@ -21,7 +21,7 @@ class Status(str, Enum):
     DEBUG = "debug"  # a trainer.fast_dev_run run (a few batches of each split, no checkpoints)
     FAILED = "failed"
     DIVERGED = "diverged"
-    PRUNED = "pruned"  # stopped early by a search's pruner (attnlab-sweep with Optuna)
+    PRUNED = "pruned"  # stopped early: a search's pruner, or a study's stall rule (stage 1)
     INTERRUPTED = "interrupted"
     CONFIG_ERROR = "config_error"  # refused by the preflight, nothing written
     NOT_STARTED = "not_started"  # a sweep trial the sweep was stopped before
@@ -64,6 +64,10 @@ EXIT_CODES = {
     S.INTERRUPTED: 4,
 }
 EXIT_OK = EXIT_CODES[S.COMPLETED]
+# A study's stall rule for its stage-1 trials (tune.stop_stalled: N, set by attnlab-sweep): the run
+# stops "pruned" at its N-th validation if val/nll is above its loss at initialization
+# (attnlab.training.stall_stop).
+STALL_ENV = "ATTNLAB_STOP_STALLED"
 EXIT_BAD_CONFIG = EXIT_CODES[S.CONFIG_ERROR]
 EXIT_DIVERGED = EXIT_CODES[S.DIVERGED]
 

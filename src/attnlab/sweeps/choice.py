@@ -32,19 +32,21 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def write_choice(out: Path, tune, choices: Sequence[Choice]) -> Path:
-    """<out>/choice.json and choice.md: each arm's points, scores and chosen value."""
+def write_choice(out: Path, tune, choices: Sequence[Choice], stopped: Sequence[dict] = ()) -> Path:
+    """<out>/choice.json and choice.md: each arm's points, scores and chosen value, and the
+    stage-1 trials the stall rule stopped (which, and when)."""
     out.mkdir(parents=True, exist_ok=True)
     record = {"tune": asdict(tune), "arms": [asdict(c) for c in choices]}
+    record["stopped_early"] = list(stopped)
     path = out / "choice.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2, default=list) + "\n")
     tmp.replace(path)
-    (out / "choice.md").write_text(choice_markdown(tune, choices))
+    (out / "choice.md").write_text(choice_markdown(tune, choices, stopped))
     return path
 
 
-def choice_markdown(tune, choices: Sequence[Choice]) -> str:
+def choice_markdown(tune, choices: Sequence[Choice], stopped: Sequence[dict] = ()) -> str:
     seeds = ", ".join(map(str, tune.seeds))
     lines = [
         f"# Stage 1: {tune.key} chosen per arm on {tune.metric} ({tune.goal}, mean over "
@@ -68,6 +70,12 @@ def choice_markdown(tune, choices: Sequence[Choice]) -> str:
         if c.at_edge:
             notes.append(f"AT THE EDGE after {c.extended} extension(s): the best may lie beyond")
         lines += ["", "; ".join(notes), ""]
+    if getattr(tune, "stop_stalled", None):
+        lines += [f"## Stopped early (tune.stop_stalled: {tune.stop_stalled})", ""]
+        lines += [f"- {s['trial']}: at step {s['step']} (validation {s['validation']}), "
+                  f"val/nll {s['val/nll']:.4g} above its loss at initialization "
+                  f"{s['nll_init']:.4g}" for s in stopped] or ["- none"]  # fmt: skip
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -211,13 +211,16 @@ def run_trials(
     log: Callable[[str], None] = print,
     memory_share: float | None = None,
     kept: Sequence[str] = (Status.COMPLETED,),
+    env: dict[str, str] | None = None,
 ) -> list[TrialResult]:
     """Run every trial (each needs a run_dir), `parallel` at a time; each running trial holds one
     GPU group from `groups` (a group listed K times, gpu_slots, runs K trials at once, each
     limited to `memory_share` of its memory). A failed trial does not stop the others. Ctrl-C
     (KeyboardInterrupt) interrupts the running trials and returns with the rest not_started.
-    A trial an earlier run ended with a status of `kept` is kept as it ended, not started."""
+    A trial an earlier run ended with a status of `kept` is kept as it ended, not started. `env`
+    is added to every trial's environment."""
     pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share, kept)
+    pool.env = dict(env or {})
     try:
         pool.run()
     except KeyboardInterrupt:
@@ -242,6 +245,7 @@ class _TrialPool:
         self.metric_name, self.log = metric_name, log
         self.memory_share: float | None = memory_share
         self.kept: tuple[str, ...] = tuple(kept)
+        self.env: dict[str, str] = {}  # added to every trial's environment (run_trials' env)
 
     def run(self) -> None:
         while self.pending or self.running:
@@ -287,7 +291,7 @@ class _TrialPool:
         result.gpus = self.free.popleft() if self.groups else None
         try:
             with _ctrl_c_deferred():  # a started process is always in self.running
-                env = trial_env(result.gpus, self.memory_share)
+                env = {**trial_env(result.gpus, self.memory_share), **self.env}
                 proc, logfile = launch(trial, env, result.gpus)
                 self.running[proc] = (result, time.monotonic(), logfile)
         except OSError as err:

@@ -26,8 +26,8 @@ from pathlib import Path
 import yaml
 
 from attnlab.runs.identity import defining_overrides
-from attnlab.runs.status import Status
-from attnlab.sweeps.runner import TrialResult, run_trials
+from attnlab.runs.status import STALL_ENV, Status
+from attnlab.sweeps.runner import TrialResult, read_results, run_trials
 from attnlab.sweeps.spec import SweepError, Trial, make_trial, trial_name
 from attnlab.sweeps.tuning import (
     Choice,
@@ -262,8 +262,26 @@ def unchosen(choices: Sequence[Choice]) -> list[Choice]:
 STAGE_ONE_KEPT = (Status.COMPLETED, Status.FAILED, Status.DIVERGED)
 
 
-def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,)):
+def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,), env=None):
     """The trials run (attnlab.sweeps.runner.run_trials); those ended earlier with a status of
-    `kept` kept as they ended."""
+    `kept` kept as they ended; `env` added to each trial's environment."""
     return run_trials(trials, parallel=parallel, groups=groups, metric_name=metric,
-                      memory_share=share, kept=kept)  # fmt: skip
+                      memory_share=share, kept=kept, env=env)  # fmt: skip
+
+
+def stage_one_env(tune) -> dict[str, str]:
+    """Stage 1's trials' environment: the stall rule (attnlab.training.stall_stop) where the
+    study asks for it (tune.stop_stalled); not part of a trial's config, so a stage-1 run stays
+    the same run as the stage-2 one it may serve as."""
+    return {STALL_ENV: str(tune.stop_stalled)} if tune.stop_stalled else {}
+
+
+def stopped_early(results: Sequence[TrialResult]) -> list[dict]:
+    """The stage-1 trials the stall rule stopped: trial label, step, validation, val/nll and the
+    loss at initialization (their results.json's "stopped_early")."""
+    found = []
+    for r in results:
+        record = (read_results(r.trial.run_dir) or {}).get("stopped_early")
+        if isinstance(record, dict):
+            found.append({"trial": r.trial.label, **record})
+    return found

@@ -15,6 +15,7 @@ run at each arm's chosen value; `primary` is the confirmatory comparison, named 
       refine: true            # then the midpoints beside the best
       scale: log              # log (geometric steps) or linear; default: what the grid is
       extend: 2               # a best at the grid's edge: up to 2 more points beyond it
+      stop_stalled: 2         # optional: a trial above its initial loss at validation 2 stops
     seeds: [1, 2, 3, 4, 5]
     primary: {metric: test/bleu, baseline: {model.n_heads: 8}, test: welch}
 
@@ -53,6 +54,7 @@ class Tune:
     refine: bool = False
     extend: int = 0
     scale: str = ""  # "log" or "linear"; "" for a categorical key
+    stop_stalled: int | None = None  # stop a trial still above its initial loss at validation N
 
     @property
     def numeric(self) -> bool:
@@ -139,7 +141,17 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
     where = f"{source}: tune"
     if not isinstance(block, dict):
         raise SweepError(f"{where} must be a mapping with key, values, seeds, metric")
-    known = ("key", "values", "seeds", "metric", "goal", "refine", "extend", "scale")
+    known = (
+        "key",
+        "values",
+        "seeds",
+        "metric",
+        "goal",
+        "refine",
+        "extend",
+        "scale",
+        "stop_stalled",
+    )
     for k in block:
         if k not in known:
             raise SweepError(f"{where}.{k} is not a key of tune; expected: {', '.join(known)}")
@@ -186,7 +198,13 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
     seeds = _seeds(block.get("seeds", [1]), f"{where}.seeds")
     ordered = tuple(sorted(values)) if numeric else tuple(values)
     scale = _scale(block, values, numeric, where)
-    return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend, scale)
+    stall = block.get("stop_stalled")
+    if stall is not None and (not isinstance(stall, int) or isinstance(stall, bool) or stall < 1):
+        raise SweepError(
+            f"{where}.stop_stalled={stall!r} must be a validation count >= 1 (or null: off)"
+        )
+    goal = goal_of(metric, goal)
+    return Tune(key, ordered, seeds, metric, goal, refine, extend, scale, stall)
 
 
 def _scale(block: Mapping, values: list, numeric: bool, where: str) -> str:

@@ -31,11 +31,13 @@ def build_trainer(cls, plain: dict, callbacks: list, run_dir: Path, loggers: lis
     from attnlab.training.progress import progress_bar
     from attnlab.training.pruning import sweep_pruning
     from attnlab.training.short_runs import validation_interval, warmup_warning
+    from attnlab.training.stall_stop import stall_stop
     from attnlab.training.summary import ParamsSummary
 
     preemption = Preemption(run_dir / "checkpoints")
     callbacks = [*callbacks, preemption, RNGState(), LoggingStep()]
     callbacks += sweep_pruning()  # a trial of a searched sweep (attnlab.sweeps.search)
+    callbacks += stall_stop()  # a study's stage-1 trial with tune.stop_stalled (sweeps.staged)
     kwargs = {k: v for k, v in plain["trainer"].items() if k != "_target_"}
     callbacks += progress_bar(kwargs.get("enable_progress_bar", True))
     if kwargs.get("enable_model_summary", True):
