@@ -174,8 +174,7 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
     refine, extend = block.get("refine", False), block.get("extend", 0)
     if not isinstance(refine, bool):
         raise SweepError(f"{where}.refine={refine!r} must be true or false")
-    if not isinstance(extend, int) or isinstance(extend, bool) or extend < 0:
-        raise SweepError(f"{where}.extend={extend!r} must be a whole number >= 0")
+    _count(extend, 0, f"{where}.extend", "a whole number >= 0")
     if not numeric and (refine or extend):
         bad = "refine" if refine else "extend"
         raise SweepError(
@@ -199,12 +198,15 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
     ordered = tuple(sorted(values)) if numeric else tuple(values)
     scale = _scale(block, values, numeric, where)
     stall = block.get("stop_stalled")
-    if stall is not None and (not isinstance(stall, int) or isinstance(stall, bool) or stall < 1):
-        raise SweepError(
-            f"{where}.stop_stalled={stall!r} must be a validation count >= 1 (or null: off)"
-        )
-    goal = goal_of(metric, goal)
-    return Tune(key, ordered, seeds, metric, goal, refine, extend, scale, stall)
+    if stall is not None:
+        _count(stall, 1, f"{where}.stop_stalled", "a validation count >= 1 (or null: off)")
+    return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend, scale, stall)
+
+
+def _count(value: Any, least: int, where: str, expected: str) -> None:
+    """SweepError unless `value` is a whole number >= `least`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise SweepError(f"{where}={value!r} must be {expected}")
 
 
 def _scale(block: Mapping, values: list, numeric: bool, where: str) -> str:
