@@ -183,14 +183,7 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
         )
     if (refine or extend) and len(values) < 2:
         raise SweepError(f"{where}.values needs 2 values or more to refine or extend")
-    metric = block.get("metric", "val/nll_best")
-    if not isinstance(metric, str) or not metric:
-        raise SweepError(f"{where}.metric must be a metric name such as val/nll_best")
-    if not metric.startswith("val/"):
-        raise SweepError(
-            f"{where}.metric={metric}: only validation metrics (val/...) choose a tuned value; "
-            "a test metric must not (it would select on the test set)"
-        )
+    metric = _tune_metric(block.get("metric", "val/nll_best"), where)
     goal = block.get("goal")
     if goal is not None and goal not in ("minimize", "maximize"):
         raise SweepError(f"{where}.goal={goal!r}; expected minimize or maximize")
@@ -201,6 +194,19 @@ def _tune(block: Any, config: Mapping, source: str) -> Tune:
     if stall is not None:
         _count(stall, 1, f"{where}.stop_stalled", "a validation count >= 1 (or null: off)")
     return Tune(key, ordered, seeds, metric, goal_of(metric, goal), refine, extend, scale, stall)
+
+
+def _tune_metric(metric: Any, where: str) -> str:
+    """tune.metric, a validation metric (a test metric must not choose: it would select on the
+    test set)."""
+    if not isinstance(metric, str) or not metric:
+        raise SweepError(f"{where}.metric must be a metric name such as val/nll_best")
+    if not metric.startswith("val/"):
+        raise SweepError(
+            f"{where}.metric={metric}: only validation metrics (val/...) choose a tuned value; "
+            "a test metric must not (it would select on the test set)"
+        )
+    return metric
 
 
 def _count(value: Any, least: int, where: str, expected: str) -> None:
