@@ -17,6 +17,7 @@ runs.csv has a model.d_model column, so --width only pairs with it):
 
     python scripts/lr_width_csv.py docs/results/lr_width.csv /tmp/lws/runs.csv --width 0 \
         --width 0 --seeds 1,2,3,4 --arm pre,300,false --arm pre,300,true --widths 32,128 \
+        --fill model.norm_position=pre --fill scheduler.warmup_steps=300 \
         --out docs/results/lr_width_seeds.csv
 """
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 KEYS = ["model.d_model", "model.norm_position", "scheduler.warmup_steps", "model.qk_norm",
         "scheduler.peak_lr"]  # fmt: skip
-FIXED = ["seed", "status", "wall_time_s", "git_commit"]
+FIXED = ["seed", "status", "wall_time_s", "git_commit", "machine"]  # machine: "" where not recorded
 ARMS = {("post", "300", "false"), ("post", "300", "true"), ("pre", "300", "false"),
         ("pre", "300", "true"), ("post", "0", "false")}  # fmt: skip
 
@@ -61,6 +62,11 @@ def main() -> None:
         help="keep only these arms (e.g. pre,300,false); default: the five of the width design",
     )  # fmt: skip
     parser.add_argument("--widths", help="keep only these d_model values, e.g. 32,128")
+    parser.add_argument(
+        "--fill", action="append", default=[], metavar="KEY=VALUE",
+        help="a key's value where a row has none (a runs.csv leaves out a key its sweep held "
+        "constant, e.g. model.norm_position=pre)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     seeds = set(args.seeds.split(","))
@@ -70,6 +76,9 @@ def main() -> None:
             row.setdefault("model.d_model", str(width))
             row["model.d_model"] = row["model.d_model"] or str(width)
             table.append(row)
+    for key, _, value in (f.partition("=") for f in args.fill):
+        for row in table:
+            row[key] = row.get(key) or value
     if args.section2:
         for row in _rows(args.section2):
             row["model.d_model"] = "64"
@@ -82,7 +91,8 @@ def main() -> None:
         kept = [r for r in kept if float(r["scheduler.peak_lr"]) <= args.max_rate * (1 + 1e-9)]
     for r in kept:
         r["scheduler.warmup_steps"] = r.get("scheduler.warmup_steps") or "300"
-    metrics = sorted({k for r in kept for k in r} - set(KEYS) - set(FIXED))
+    # d_ff follows d_model (4 d_model): a column of it would split the old rows from the new
+    metrics = sorted({k for r in kept for k in r} - set(KEYS) - set(FIXED) - {"model.d_ff"})
     kept.sort(key=lambda r: (int(r["model.d_model"]), _arm(r), float(r["scheduler.peak_lr"]),
                              int(r["seed"])))  # fmt: skip
     with open(args.out, "w", newline="") as f:
