@@ -737,3 +737,22 @@ def test_the_stall_rule_stops_a_run_above_its_initial_loss_at_its_nth_validation
              "scheduler": {}}  # fmt: skip
     trainer, _ = build_trainer(L.Trainer, plain, [], tmp_path, [])
     assert any(isinstance(c, StallStop) and c.after == 2 for c in trainer.callbacks)
+
+
+def test_a_trial_the_stall_rule_stopped_is_kept_when_stage_1_is_rerun(
+    tmp_path, capsys, monkeypatch
+):
+    """Stage 1 stopped before its choice (arm b fails) and rerun: arm a's trial at 0.5 (the
+    stand-in's val/nll_best 4.4, above its 3.0 at initialization) that the stall rule ended
+    "pruned" is kept as it ended, not trained again (a rerun would spend its budget and end
+    "pruned" anyway)."""
+    out = tmp_path / "out"
+    spec = _edited(SMALL, tune__values=[1.0e-3, 0.5], tune__stop_stalled=2)
+    path = _study(tmp_path, spec)
+    monkeypatch.setenv("FAKE_STUDY_FAIL", "b")
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    capsys.readouterr()
+    assert sweep.main([str(path), "--out", str(out)]) == 1
+    assert "kept      arm_a-lr_0.5-seed_1 (pruned earlier)" in capsys.readouterr().out
+    attempts = out / "tune" / "arm_a-lr_0.5-seed_1" / "attempts.log"
+    assert len(attempts.read_text().split()) == 1

@@ -257,9 +257,9 @@ def unchosen(choices: Sequence[Choice]) -> list[Choice]:
     return [c for c in choices if c.chosen is None]
 
 
-# The stage-1 trials a rerun keeps as they ended: each runs once (a diverged point still cannot
-# win; a failed one runs again once its folder is deleted).
-STAGE_ONE_KEPT = (Status.COMPLETED, Status.FAILED, Status.DIVERGED)
+# The stage-1 trials a rerun keeps as they ended: each runs once (a diverged point, or one the
+# stall rule stopped, still cannot win; a failed one runs again once its folder is deleted).
+STAGE_ONE_KEPT = (Status.COMPLETED, Status.FAILED, Status.DIVERGED, Status.PRUNED)
 
 
 def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,), env=None):
