@@ -84,7 +84,8 @@ def main() -> None:
             row["model.d_model"] = "64"
             table.append(row)
     arms = {tuple(a.lower().split(",")) for a in args.arm} if args.arm else ARMS
-    kept = [r for r in table if _arm(r) in arms and r["seed"] in seeds]
+    ended = ("completed", "diverged", "failed", "pruned")  # a running trial is not a result yet
+    kept = [r for r in table if _arm(r) in arms and r["seed"] in seeds and r["status"] in ended]
     if args.widths:
         kept = [r for r in kept if r["model.d_model"] in args.widths.split(",")]
     if args.max_rate is not None:
