@@ -70,7 +70,7 @@ def choice_markdown(tune, choices: Sequence[Choice], stopped: Sequence[dict] = (
         if c.at_edge:
             notes.append(f"AT THE EDGE after {c.extended} extension(s): the best may lie beyond")
         lines += ["", "; ".join(notes), ""]
-    if getattr(tune, "stop_stalled", None):
+    if tune.stop_stalled:
         lines += [f"## Stopped early (tune.stop_stalled: {tune.stop_stalled})", ""]
         lines += [f"- {s['trial']}: at step {s['step']} (validation {s['validation']}), "
                   f"val/nll {s['val/nll']:.4g} above its loss at initialization "

@@ -219,8 +219,7 @@ def run_trials(
     (KeyboardInterrupt) interrupts the running trials and returns with the rest not_started.
     A trial an earlier run ended with a status of `kept` is kept as it ended, not started. `env`
     is added to every trial's environment."""
-    pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share, kept)
-    pool.env = dict(env or {})
+    pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share, kept, env)
     try:
         pool.run()
     except KeyboardInterrupt:
@@ -233,7 +232,7 @@ class _TrialPool:
 
     def __init__(
         self, trials, parallel: int, groups, metric_name: str, log, memory_share=None,
-        kept=(Status.COMPLETED,),
+        kept=(Status.COMPLETED,), env=None,
     ) -> None:  # fmt: skip
         self.results = [TrialResult(t) for t in trials]
         self.pending = deque(self.results)
@@ -245,7 +244,7 @@ class _TrialPool:
         self.metric_name, self.log = metric_name, log
         self.memory_share: float | None = memory_share
         self.kept: tuple[str, ...] = tuple(kept)
-        self.env: dict[str, str] = {}  # added to every trial's environment (run_trials' env)
+        self.env: dict[str, str] = dict(env or {})  # added to every trial's environment
 
     def run(self) -> None:
         while self.pending or self.running:

@@ -44,9 +44,7 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
         prune = False
         # The last validation (the budget reached) is reported, never pruned: the run is done,
         # and a finished run completes (tested, its value told to the study).
-        last = bool(trainer.max_steps and trainer.max_steps > 0) and (
-            trainer.global_step >= trainer.max_steps
-        )
+        last = at_budget(trainer)
         if trainer.is_global_zero:
             metric = trainer.callback_metrics.get(self.link.metric)
             prune = self._report(metric, step, last)
@@ -86,6 +84,14 @@ class SweepPruning(SkipEmptyHooks, L.Callback):
         if self.pruned:
             record["pruned_at_validation"] = self.pruned_at
         return {"search": record}
+
+
+def at_budget(trainer: L.Trainer) -> bool:
+    """Whether the run has reached its step budget (trainer.max_steps, where one is set): its
+    validation now is its last, so an early stop would stop nothing."""
+    return bool(trainer.max_steps and trainer.max_steps > 0) and (
+        trainer.global_step >= trainer.max_steps
+    )
 
 
 def sweep_pruning() -> list[L.Callback]:

@@ -19,6 +19,7 @@ import lightning as L
 
 from attnlab.runs.status import STALL_ENV  # N: the validation (from 1) the rule is applied at
 from attnlab.training.hooks import SkipEmptyHooks
+from attnlab.training.pruning import at_budget
 
 METRIC = "val/nll"
 
@@ -43,10 +44,7 @@ class StallStop(SkipEmptyHooks, L.Callback):
         if trainer.sanity_checking:
             return
         self.validations += 1
-        last = bool(trainer.max_steps and trainer.max_steps > 0) and (
-            trainer.global_step >= trainer.max_steps
-        )
-        if self.validations != self.after or last:
+        if self.validations != self.after or at_budget(trainer):
             return
         found = self._stalled(trainer, pl_module) if trainer.is_global_zero else None
         if trainer.world_size > 1:
