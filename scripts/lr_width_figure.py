@@ -14,6 +14,8 @@ where an arm's grid did not reach its divergence (a lower bound).
     attnlab-compare outputs/sweeps/lr_width/d* --metric val/nll --out /tmp/lr_width  # runs.csv
     python scripts/lr_width_figure.py /tmp/lr_width/runs.csv \
         --plot docs/img/reproduction/lr_width.png
+    # the contrasts sweeps/lr_width_seeds.yaml and lr_width_dk.yaml name, on 1e-3..1e-1:
+    python scripts/lr_width_figure.py /tmp/lws_all.csv --range 1e-3:1e-1 --heads8 /tmp/dk/runs.csv
 """
 
 from __future__ import annotations
@@ -112,19 +114,45 @@ def named_contrast(found: dict, arm: str, reference: str) -> list[list[str]]:
     """The contrast sweeps/lr_width_seeds.yaml names before its runs: the change from the
     narrowest width to the widest of (arm - reference)'s sensitivity on the range (the
     Readings' second), over the four cells' seed means; value, 95% interval, df, p and MDD."""
+    widths = sorted({w for _, w in found})
+    if len(widths) < 2:
+        return [["the named contrast: a cell has no reading on the range"]]
+    cells = [found.get((a, w)) for w in (widths[-1], widths[0]) for a in (arm, reference)]
+    return contrast_rows(f"({arm} - {reference}) at {widths[-1]} minus at {widths[0]}", cells)
+
+
+def heads_contrasts(found: dict, found8: dict, arm: str, reference: str) -> list[list[str]]:
+    """sweeps/lr_width_dk.yaml's named contrast: at the widest width, (arm - reference)'s
+    sensitivity gap with the main table's heads (d_k = d_model / 4) minus the gap with `found8`'s
+    8 heads (d_k = d_model / 8); then, exploratory, the width contrast with the widest cell taken
+    from `found8` (d_k 8 -> 16 instead of 8 -> 32)."""
+    widths = sorted({w for _, w in found})
+    wide = max(w for _, w in found8)
+    if wide not in widths or len(widths) < 2:
+        return [[f"the heads contrast: d_model {wide} is not in the main table"]]
+    h4 = [found.get((a, wide)) for a in (arm, reference)]
+    h8 = [found8.get((a, wide)) for a in (arm, reference)]
+    narrow = [found.get((a, widths[0])) for a in (arm, reference)]
+    named = contrast_rows(f"(arm - reference) at {wide}: 4 heads minus 8 heads", [*h4, *h8])
+    other = contrast_rows(f"exploratory: (arm - reference) at {wide} with 8 heads minus at "
+                          f"{widths[0]} with 4", [*h8, *narrow])  # fmt: skip
+    return named + other[1:]
+
+
+def contrast_rows(title: str, cells: list) -> list[list[str]]:
+    """cells: the four Readings (a, b, c, d) of the contrast (a - b) - (c - d), their range's
+    per-seed sensitivities; a header and one row: value, 95% interval, df, p and MDD."""
     from attnlab.analysis import stats
 
-    widths = sorted({w for _, w in found})
-    cells = [found.get((a, w)) for w in (widths[-1], widths[0]) for a in (arm, reference)]
-    if len(widths) < 2 or not all(c and c[1] for c in cells):
-        return [["the named contrast: a cell has no reading on the range"]]
+    if not all(c and c[1] for c in cells):
+        return [[f"{title}: a cell has no reading on the range"]]
     groups = [list(c[1].sensitivity.values()) for c in cells]
     d = contrast_test(groups, [1, -1, -1, 1])
     if d is None:
-        return [["the named contrast: a cell has fewer than 2 seeds"]]
+        return [[f"{title}: a cell has fewer than 2 seeds"]]
     head = ["contrast", "seeds per cell", "value [95% CI]", "df", "p", "MDD (80%, alpha 0.05)"]
     return [head, [
-        f"({arm} - {reference}) at {widths[-1]} minus at {widths[0]}",
+        title,
         "/".join(str(len(g)) for g in groups),
         f"{d.diff:.3g} [{d.ci[0]:.3g}, {d.ci[1]:.3g}]",
         "" if d.df is None else f"{d.df:.1f}",
@@ -261,6 +289,11 @@ def main() -> int:
         help="the second range as LO:HI instead of up to --upto, and the contrast "
         "sweeps/lr_width_seeds.yaml names on it (e.g. 1e-3:1e-1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--heads8", type=Path, metavar="RUNS_CSV",
+        help="with --range: the runs of sweeps/lr_width_dk.yaml (the widest width with 8 heads); "
+        "prints the contrast that file names",
+    )  # fmt: skip
     parser.add_argument("--tol", type=float, default=ls.DEFAULT_TOL)
     parser.add_argument("--plot", type=Path)
     parser.add_argument(
@@ -271,6 +304,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         runs = read_runs_csv(args.runs_csv)
+        runs8 = read_runs_csv(args.heads8) if args.heads8 else None
     except (OSError, ValueError) as err:
         print(f"lr_width_figure.py: error: {err}", file=sys.stderr)
         return 2
@@ -303,6 +337,10 @@ def main() -> int:
             arm = "norm_position=pre, warmup_steps=300, qk_norm=false"
             print(f"\nthe contrast sweeps/lr_width_seeds.yaml names ({part}, Welch-Satterthwaite):")
             print(text_table(named_contrast(found, arm, reference)))
+            if args.heads8:
+                found8 = readings(runs8, upto, args.tol, low)
+                print(f"\nthe contrast sweeps/lr_width_dk.yaml names ({part}, Welch):")
+                print(text_table(heads_contrasts(found, found8, arm, reference)))
     if args.plot:
         plot(found, part, args.plot)
     return 0

@@ -79,6 +79,44 @@ def test_gap_and_its_change_with_width_match_a_hand_computation(script, table, c
     assert named[1][1:4] == ["3/3/3/3", f"{hand:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]", f"{df:.1f}"]
 
 
+def test_the_heads_contrast_matches_a_hand_computation(script, table, tmp_path):
+    """--heads8's named contrast: the widest width's gap with the main table's heads minus the
+    gap in a second table (8 heads), each cell's per-seed sensitivities as in the main one."""
+    from attnlab.analysis.run_table import read_runs_csv
+
+    path8 = tmp_path / "h8.csv"
+    rows = table.read_text().splitlines()
+    shift = {"post": 0.2, "pre": 0.0}  # the 8-head table: Post-LN's 0.1 point 0.2 higher
+    with open(path8, "w") as f:
+        f.write(rows[0] + "\n")
+        for line in rows[1:]:
+            cells = line.split(",")
+            if cells[0] == "64":
+                if cells[4] == "0.01":
+                    cells[9] = str(float(cells[9]) + shift[cells[1]])
+                f.write(",".join(cells) + "\n")
+    found = script.readings(read_runs_csv(table), upto=0.1, tol=0.1, low=1e-3)
+    found8 = script.readings(read_runs_csv(path8), upto=0.1, tol=0.1, low=1e-3)
+    post, pre = ("norm_position=post, warmup_steps=300, qk_norm=false",
+                 "norm_position=pre, warmup_steps=300, qk_norm=true")  # fmt: skip
+    rows = script.heads_contrasts(found, found8, post, pre)
+
+    def sens8(norm, seed):
+        values = [v + 0.01 * seed * (2 if norm == "post" else 1) for v in SHAPE[64, norm]]
+        values[1] += shift[norm]
+        return statistics.fmean(v - min(values) for v in values)
+
+    groups = [[_sensitivity(64, "post", s) for s in (1, 2, 3)],
+              [_sensitivity(64, "pre", s) for s in (1, 2, 3)],
+              [sens8("post", s) for s in (1, 2, 3)],
+              [sens8("pre", s) for s in (1, 2, 3)]]  # fmt: skip
+    hand = (statistics.fmean(groups[0]) - statistics.fmean(groups[1])
+            - statistics.fmean(groups[2]) + statistics.fmean(groups[3]))  # fmt: skip
+    assert abs(hand) > 0.1  # the shifted point moved Post-LN's best: the contrast is not 0
+    assert rows[1][0].endswith("4 heads minus 8 heads") and rows[1][2].startswith(f"{hand:.3g} [")
+    assert rows[2][0].startswith("exploratory") and rows[2][1] == "3/3/3/3"
+
+
 def test_a_table_without_widths_is_one_line_and_exit_2(script, tmp_path, capsys, monkeypatch):
     path = tmp_path / "one.csv"
     path.write_text("model.norm_position,seed,status,wall_time_s,val/nll\npre,1,completed,1,0.5\n")
