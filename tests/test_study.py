@@ -478,6 +478,31 @@ def test_a_finished_study_prints_the_compare_command_of_its_folder(tmp_path, cap
     assert sweep.main([str(_study(tmp_path)), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"compare: attnlab-compare {out}\n" in printed, printed[-2000:]
+    # each stage's W&B job type (a W&B view groups the stages apart); a stage-1 run reused as a
+    # stage-2 seed (hard-linked into seeds/) is one run: stage 1's
+    reused = set(yaml.safe_load((out / "seeds" / "sweep.yaml").read_text())["reused_from_stage_1"])
+    for stage, job in (("tune", "tune"), ("seeds", "seeds")):
+        found = {p.parent.name: json.loads(p.read_text())["job_type"]
+                 for p in (out / stage).glob("*/results.json")}  # fmt: skip
+        assert found and all(v == ("tune" if k in reused else job) for k, v in found.items())
+    assert reused and len(found) > len(reused)
+
+
+def test_a_studys_wandb_view_offline_is_one_line_exit_2_and_writes_nothing(
+    tmp_path, capsys, monkeypatch
+):
+    """attnlab-compare <study> --wandb-view builds the study's view (both stages, by job type:
+    tests/test_wandb_view.py); offline it refuses in one line before any file is written."""
+    from attnlab.cli import compare
+
+    out, report = tmp_path / "out", tmp_path / "report"
+    assert sweep.main([str(_study(tmp_path)), "--out", str(out)]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert compare.main([str(out), "--wandb-view", "--out", str(report)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "WANDB_MODE=offline; no view was made" in err[0], err
+    assert not report.exists()
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -34,6 +34,9 @@ def _panels(workspace) -> list:
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
 def test_every_sweep_files_view_filters_its_group_and_groups_by_its_arms(path):
     config, desc, workspace = _view(path)
+    if desc.tune is not None:  # a study: test_a_studys_view_has_each_stage_as_its_own_groups
+        assert workspace.runset_settings.filters == f"Metric(\"Group\") == '{desc.group}'"
+        return
     arms = [k for k in swept_keys(config) if k not in ("seed", "scheduler.peak_lr")]
     assert list(desc.arm_keys) == arms
     runset = workspace.runset_settings
@@ -114,3 +117,47 @@ def test_offline_it_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys, mon
     assert compare.main([str(sweep), "--wandb-view", "--out", str(out)]) == 2
     assert "needs a sweep's folder" in capsys.readouterr().err
     assert yaml.safe_load((REPO / "sweeps" / "heads.yaml").read_text())["project"]
+
+
+STUDIES = [p for p in SWEEPS if "tune" in (yaml.safe_load(p.read_text()) or {})]
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_a_studys_view_has_each_stage_as_its_own_groups(path):
+    """A study's runs are grouped by W&B job type (tune: stage 1, seeds: stage 2), arm and tuned
+    value: a section per stage, stage 1 on its tuning metric, stage 2 on the primary metric."""
+    config, desc, workspace = _view(path)
+    spec = yaml.safe_load(path.read_text())
+    assert desc.tune.key == spec["tune"]["key"] and desc.metric == spec["primary"]["metric"]
+    arms = [k for k in spec["parameters"] if k != "seed"]
+    grouped = [k.name for k in workspace.runset_settings.groupby]
+    assert grouped == ["JobType", *(config_path(k) for k in arms), config_path(desc.tune.key)]
+    assert "run:jobType" in workspace.runset_settings.pinned_columns
+    one, two = workspace.sections[:2]
+    assert one.name.startswith("stage 1 (job type tune)") and one.panels[0].y == [
+        spec["tune"]["metric"]
+    ]
+    assert two.name.startswith("stage 2 (job type seeds)")
+    assert two.panels[0].metrics == [spec["primary"]["metric"]]
+    model = json.dumps(workspace._to_model().model_dump(by_alias=True), default=str)
+    assert '"jobType"' in model
+
+
+def test_a_studys_stage_reaches_wandb_as_the_runs_job_type(tmp_path, monkeypatch):
+    """attnlab-sweep sets ATTNLAB_WANDB_JOB_TYPE per stage; the run's W&B logger passes it as
+    wandb.init's job_type (and none without it)."""
+    from attnlab.runs import lightning_loggers, loggers
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, previous, **kwargs):
+            seen.append(kwargs)
+
+    monkeypatch.setattr(lightning_loggers, "ReplayingWandbLogger", Recorder)
+    run = loggers.RunForLoggers(tmp_path, "run", "g", [], [])
+    monkeypatch.setenv("ATTNLAB_WANDB_JOB_TYPE", "tune")
+    loggers._wandb_logger(run, "attnlab", None, True, False)
+    monkeypatch.delenv("ATTNLAB_WANDB_JOB_TYPE")
+    loggers._wandb_logger(run, "attnlab", None, True, False)
+    assert [k["job_type"] for k in seen] == ["tune", None]

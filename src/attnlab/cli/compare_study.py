@@ -69,12 +69,13 @@ def _main(args: argparse.Namespace, out_dir, cm) -> int:
             f"{folder}: stage 1 has not chosen yet (no choice.json); its trials: {folder / 'tune'}"
         )
         return 0
-    out = out_dir(args)
     stage2 = argparse.Namespace(**{**vars(args), "paths": [str(folder / "seeds")]})
     stage2.metric, stage2.paired = primary.metric, primary.test == "paired"
     stage2.baseline = [f"{k}={v}" for k, v in primary.baseline.items()]
     stage2.equivalence = primary.margin  # the file's margin: the TOST is confirmatory too
     c = cm.compare(stage2)
+    view = _wandb_view(args, folder, c) if args.wandb_view else None  # before any file
+    out = out_dir(args)
     names = short_names(c.keys)
     tuned_values = {
         group_label(g, names): [r.metrics.get(tune.metric) for r in g.completed()] for g in c.groups
@@ -93,7 +94,15 @@ def _main(args: argparse.Namespace, out_dir, cm) -> int:
     print(
         console_lines(f"wrote to {out}: study.md, study.csv, tuning.png, comparison.md, runs.csv")
     )
-    return 0
+    return 0 if view is None else cm._save_view(view)
+
+
+def _wandb_view(args: argparse.Namespace, folder: Path, c):
+    """The study's W&B workspace (attnlab.sweeps.wandb_view: each stage its own groups, by
+    the runs' job type), built, not saved; ValueError with one line when it cannot be made."""
+    from attnlab.sweeps.wandb_view import prepare_view
+
+    return prepare_view([str(folder)], c.runs, args.entity, args.project)
 
 
 def _header(spec: dict, study, folder: Path) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from attnlab import programs
 from attnlab.runs.history import logged_rows, wandb_segments
 from attnlab.runs.identity import wandb_run_id
+from attnlab.runs.status import JOB_TYPE_ENV
 from attnlab.runs.wandb import wandb_mode, wandb_offline_reason
 
 PROG = programs.TRAIN
@@ -113,5 +114,6 @@ def _wandb_logger(run: RunForLoggers, project, entity, offline: bool, log_model:
         settings=settings,
         id=wandb_run_id(run.run_dir),  # the same run directory continues the same W&B run
         resume="allow",
+        job_type=os.environ.get(JOB_TYPE_ENV) or None,  # a study's stage (attnlab-sweep sets it)
     )
     return logger, offline_reason

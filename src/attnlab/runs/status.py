@@ -68,6 +68,11 @@ EXIT_OK = EXIT_CODES[S.COMPLETED]
 # stops "pruned" at its N-th validation if val/nll is above its loss at initialization
 # (attnlab.training.stall_stop).
 STALL_ENV = "ATTNLAB_STOP_STALLED"
+# A study's stage, set by attnlab-sweep for each of its trials: W&B's job type of the run ("tune"
+# for stage 1, "seeds" for stage 2), so that a W&B view tells the stages apart; through the
+# environment, not the config, so that a stage-1 run stays the same run as the stage-2 seed it may
+# serve as.
+JOB_TYPE_ENV = "ATTNLAB_WANDB_JOB_TYPE"
 EXIT_BAD_CONFIG = EXIT_CODES[S.CONFIG_ERROR]
 EXIT_DIVERGED = EXIT_CODES[S.DIVERGED]
 

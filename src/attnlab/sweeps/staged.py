@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from attnlab.runs.identity import defining_overrides
-from attnlab.runs.status import STALL_ENV, Status
+from attnlab.runs.status import JOB_TYPE_ENV, STALL_ENV, Status
 from attnlab.sweeps.runner import TrialResult, read_results, run_trials
 from attnlab.sweeps.spec import SweepError, Trial, make_trial, trial_name
 from attnlab.sweeps.tuning import (
@@ -262,18 +262,26 @@ def unchosen(choices: Sequence[Choice]) -> list[Choice]:
 STAGE_ONE_KEPT = (Status.COMPLETED, Status.FAILED, Status.DIVERGED, Status.PRUNED)
 
 
+# W&B's job type of each stage's runs (JOB_TYPE_ENV): a W&B view groups the stages apart
+JOB_TYPES = {1: "tune", 2: "seeds"}
+
+
 def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,), env=None):
     """The trials run (attnlab.sweeps.runner.run_trials); those ended earlier with a status of
-    `kept` kept as they ended; `env` added to each trial's environment."""
+    `kept` kept as they ended; `env` added to each trial's environment (stage 2's W&B job type
+    where it has none)."""
+    env = {JOB_TYPE_ENV: JOB_TYPES[2], **(env or {})}
     return run_trials(trials, parallel=parallel, groups=groups, metric_name=metric,
                       memory_share=share, kept=kept, env=env)  # fmt: skip
 
 
 def stage_one_env(tune) -> dict[str, str]:
-    """Stage 1's trials' environment: the stall rule (attnlab.training.stall_stop) where the
-    study asks for it (tune.stop_stalled); not part of a trial's config, so a stage-1 run stays
-    the same run as the stage-2 one it may serve as."""
-    return {STALL_ENV: str(tune.stop_stalled)} if tune.stop_stalled else {}
+    """Stage 1's trials' environment: its W&B job type, and the stall rule
+    (attnlab.training.stall_stop) where the study asks for it (tune.stop_stalled); neither is
+    part of a trial's config, so a stage-1 run stays the same run as the stage-2 one it may serve
+    as."""
+    env = {JOB_TYPE_ENV: JOB_TYPES[1]}
+    return {**env, STALL_ENV: str(tune.stop_stalled)} if tune.stop_stalled else env
 
 
 def stopped_early(results: Sequence[TrialResult]) -> list[dict]:

@@ -44,6 +44,18 @@ class SweepDescription:
     goal: str  # minimize or maximize
     lr_key: str | None = None  # the swept learning rate, for an LR sweep
     diag: tuple[str, ...] = ()  # the diag/ metrics the runs logged
+    tune: StudyStages | None = None  # a study's stages (a sweep file with a `tune` block)
+
+
+@dataclass(frozen=True)
+class StudyStages:
+    """What a study's view adds: its runs' W&B job types (attnlab.sweeps.staged.JOB_TYPES)
+    tell stage 1 (`tune`: each arm at each value of `key`, scored on `metric`) from stage 2
+    (`seeds`: each arm at its chosen value, compared on the description's metric)."""
+
+    key: str
+    metric: str
+    goal: str
 
 
 def describe(config: Mapping, diag: Sequence[str] = ()) -> SweepDescription:
@@ -54,6 +66,16 @@ def describe(config: Mapping, diag: Sequence[str] = ()) -> SweepDescription:
     swept = [k for k in swept_keys(config) if k != "seed"]
     lr_key = DEFAULT_LR_KEY if DEFAULT_LR_KEY in swept else None
     metric = config.get("metric") or {}
+    stages = None
+    if isinstance(config.get("tune"), Mapping):  # a study: its primary metric, its stages
+        from attnlab.sweeps.tuning import goal_of
+
+        tune, primary = config["tune"], config.get("primary") or {}
+        stages = StudyStages(str(tune["key"]), str(tune["metric"]),
+                             goal_of(str(tune["metric"]), tune.get("goal")))  # fmt: skip
+        name = str(primary.get("metric", "val/nll"))
+        metric = {"name": name, "goal": goal_of(name)}
+        lr_key = DEFAULT_LR_KEY if stages.key == DEFAULT_LR_KEY else None
     return SweepDescription(
         name=str(config["name"]),
         group=groups[-1] if groups else str(config["name"]),
@@ -64,6 +86,7 @@ def describe(config: Mapping, diag: Sequence[str] = ()) -> SweepDescription:
         goal=metric.get("goal", "minimize"),
         lr_key=lr_key,
         diag=tuple(sorted(set(diag), key=lambda m: (m not in DIAG_ORDER, m))),
+        tune=stages,
     )
 
 
@@ -78,8 +101,43 @@ def build_view(desc: SweepDescription, entity: str, project: str):
     import wandb_workspaces.workspaces as ws
 
     keys = [*desc.arm_keys, *([desc.lr_key] if desc.lr_key else [])]
-    better = "lower" if desc.goal == "minimize" else "higher"
     band = {"groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"}
+    if desc.tune is None:
+        sections = _sweep_sections(wr, ws, desc, band)
+        groupby = [ws.Config(config_path(k)) for k in keys]
+    else:  # a study: each stage its own W&B groups (job type, arm, tuned value)
+        keys = [*desc.arm_keys, desc.tune.key]
+        sections = _study_sections(wr, ws, desc, band)
+        groupby = [ws.Metric("JobType"), *(ws.Config(config_path(k)) for k in keys)]
+    if desc.diag:
+        panels = [wr.LinePlot(title=m, x=STEP, y=[m], **band) for m in desc.diag]
+        sections.append(ws.Section(name="diag/: instability", is_open=True, panels=panels))
+    runset = ws.RunsetSettings(
+        filters=ws.And(ws.Metric("Group") == desc.group),
+        groupby=groupby,
+        pinned_columns=[
+            *(["run:jobType"] if desc.tune else []),
+            *(f"config:{config_path(k)}" for k in keys),
+            "config:seed.value",
+            f"summary:{desc.metric}",
+            "run:state",
+        ],
+        order=[ws.Ordering(ws.Summary(desc.metric), ascending=desc.goal == "minimize")],
+    )
+    return ws.Workspace(
+        entity=entity,
+        project=project,
+        name=f"attnlab {'study' if desc.tune else 'sweep'} {desc.name}",
+        sections=sections,
+        settings=ws.WorkspaceSettings(x_axis=STEP),
+        runset_settings=runset,
+    )
+
+
+def _sweep_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
+    """A sweep's sections: the metric per arm (against the step, and final), and against the
+    swept learning rate where there is one."""
+    better = "lower" if desc.goal == "minimize" else "higher"
     sections = [
         ws.Section(
             name=f"{desc.metric} per arm (mean and std over seeds; {better} is better)",
@@ -105,28 +163,39 @@ def build_view(desc: SweepDescription, entity: str, project: str):
                 panels=[_lr_panel(wr, desc)],
             )
         )
-    if desc.diag:
-        panels = [wr.LinePlot(title=m, x=STEP, y=[m], **band) for m in desc.diag]
-        sections.append(ws.Section(name="diag/: instability", is_open=True, panels=panels))
-    runset = ws.RunsetSettings(
-        filters=ws.And(ws.Metric("Group") == desc.group),
-        groupby=[ws.Config(config_path(k)) for k in keys],
-        pinned_columns=[
-            *(f"config:{config_path(k)}" for k in keys),
-            "config:seed.value",
-            f"summary:{desc.metric}",
-            "run:state",
-        ],
-        order=[ws.Ordering(ws.Summary(desc.metric), ascending=desc.goal == "minimize")],
-    )
-    return ws.Workspace(
-        entity=entity,
-        project=project,
-        name=f"attnlab sweep {desc.name}",
-        sections=sections,
-        settings=ws.WorkspaceSettings(x_axis=STEP),
-        runset_settings=runset,
-    )
+    return sections
+
+
+def _study_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
+    """A study's sections, one per stage; the runs are grouped by job type (tune: stage 1,
+    seeds: stage 2), arm and tuned value, so every group is one stage's. A stage-1 run that
+    stage 2 reuses as a seed (the same config and seed at the chosen value) is one W&B run,
+    logged in stage 1: its group is stage 1's."""
+    tune, better = desc.tune, "lower" if desc.goal == "minimize" else "higher"
+    tune_better = "lower" if tune.goal == "minimize" else "higher"
+    stage_one = [wr.LinePlot(title=f"stage 1: {tune.metric} against the step", x=STEP,
+                             y=[tune.metric], **band)]  # fmt: skip
+    if desc.lr_key:  # the tuning curve: the stage-1 metric against the rate, log axis
+        stage_one.append(wr.ScatterPlot(
+            title=f"stage 1: {tune.metric} against the peak learning rate (log axis)",
+            x=wr.SummaryMetric("peak_lr"), y=wr.SummaryMetric(tune.metric), log_x=True,
+        ))  # fmt: skip
+    title = f"stage 2: final {desc.metric} per arm at its chosen {tune.key}"
+    stage_two = [wr.BarPlot(title=title, metrics=[desc.metric], orientation="v", **band)]
+    return [
+        ws.Section(
+            name=f"stage 1 (job type tune): {tune.key} per arm on {tune.metric} "
+            f"({tune_better} is better)",
+            is_open=True,
+            panels=stage_one,
+        ),  # fmt: skip
+        ws.Section(
+            name=f"stage 2 (job type seeds): {desc.metric}, the primary metric "
+            f"({better} is better)",
+            is_open=True,
+            panels=stage_two,
+        ),  # fmt: skip
+    ]
 
 
 def _lr_panel(wr, desc: SweepDescription):
