@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 from attnlab.runs.status import Status, exit_code
-from attnlab.sweeps import staged, tuning
+from attnlab.sweeps import cluster, staged, tuning
 from attnlab.sweeps.choice import read_choice, write_choice
 from attnlab.sweeps.evaluate import evaluate_trials
 from attnlab.sweeps.spec import SweepError
@@ -67,7 +67,8 @@ def run_study(
     resume = f"resume: {cli.resume_command(argv if argv is not None else sys.argv[1:], out)}"
     previous = signal.signal(signal.SIGTERM, cli._raise_interrupt)
     try:
-        return _stages(run, args.sweep, parallel, groups, share, resume)
+        launcher = cluster.from_arguments(args, out)
+        return _stages(run, args.sweep, parallel, groups, share, resume, launcher)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -159,7 +160,7 @@ def plan(run: staged.StudyRun, source: str, parallel: int, grid: int) -> str:
     )
 
 
-def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
+def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share, launcher=None):
     """Stage 1: (the choices, None), or ([], the status that stops the study: interrupted, or
     failed when an arm has nothing to choose; no choice.json is written then, so a rerun
     decides again). A choice.json an earlier run of this study made is read instead (stage 1
@@ -178,6 +179,7 @@ def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
             share,
             staged.STAGE_ONE_KEPT,
             staged.stage_one_env(tune),
+            launcher,
         )
     )
     print()
@@ -197,9 +199,11 @@ def _stage_one(run: staged.StudyRun, source: str, parallel, groups, share):
     return choices, None
 
 
-def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: str) -> int:
+def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: str,
+            launcher=None) -> int:  # fmt: skip
+    """Both stages, each trial a local process or, with a `launcher`, a cluster job."""
     tune, primary, out, name = run.study.tune, run.study.primary, run.out, run.config["name"]
-    choices, stopped = _stage_one(run, source, parallel, groups, share)
+    choices, stopped = _stage_one(run, source, parallel, groups, share, launcher)
     if stopped is not None:
         if stopped == Status.INTERRUPTED:
             print(resume)
@@ -214,13 +218,14 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
               f"chosen value (each with a reused.json): {', '.join(adopted)}")  # fmt: skip
     run.write_seeds_spec(adopted)
     trials = run.seed_trials(choices)
-    results = staged.run_stage(trials, parallel, groups, primary.metric, share)
+    results = staged.run_stage(trials, parallel, groups, primary.metric, share, launcher=launcher)
     interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)
     if run.study.evaluate is not None and not interrupted:
         how = " ".join(run.study.evaluate.argv(out / "seeds" / "<trial>"))
         print(f"evaluating stage 2's trials: attnlab-eval {how}")
+        call = launcher.call if launcher is not None else None
         for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel,
-                                    groups=groups, share=share):  # fmt: skip
+                                    call=call, groups=groups, share=share):  # fmt: skip
             print(f"attnlab-sweep: error: {line}", file=sys.stderr)
     print()
     print(write_summary(results, out / "seeds", f"{name} stage 2", source, primary.metric,

@@ -26,6 +26,7 @@ import yaml
 
 from attnlab import programs
 from attnlab.runs.status import Status, exit_code
+from attnlab.sweeps import cluster
 from attnlab.sweeps.runner import gpu_groups, gpu_slots, run_trials, sharing_line
 from attnlab.sweeps.spec import (
     SweepError,
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "URL (postgresql+psycopg://..., sqlite:///...) or a journal file (journal:PATH, *.log) "
         "on a shared filesystem (default: sqlite in the sweep's folder)",
     )
+    cluster.add_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="list the trials and exit")
     p.add_argument(
         "--pilot",
@@ -117,9 +119,15 @@ def _sweep_and_slots(args: argparse.Namespace) -> tuple[dict, list[str]]:
     """The sweep file (its `name` set) and the GPU slots; SweepError or ValueError if bad."""
     config = load_sweep(args.sweep)
     config.setdefault("name", sweep_name(config, args.sweep))
-    groups = gpu_slots(gpu_groups(args.gpus, args.gpus_per_trial), args.trials_per_gpu)
+    if args.launcher == "local":
+        groups = gpu_slots(gpu_groups(args.gpus, args.gpus_per_trial), args.trials_per_gpu)
+    elif args.gpus_per_trial < 0:
+        raise SweepError(f"--gpus-per-trial={args.gpus_per_trial} must be >= 0 (GPUs per job)")
+    else:
+        groups = []  # SLURM gives each job its devices
     if args.parallel is not None and args.parallel < 1:
         raise SweepError(f"--parallel={args.parallel} must be >= 1")
+    cluster.check_arguments(args, searched(config, args) and not load_study(config, args.sweep))
     return config, groups
 
 
@@ -151,12 +159,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"sweep {name} ({args.sweep}): {config['method']}, {len(trials)} trials, "
-        f"{parallel} at a time" + (f", GPU slots {groups}" if groups else "") + f", out {out}"
-    )
-    if share is not None:
-        print(sharing_line(args.trials_per_gpu))
-    if note:
-        print(note)
+        f"{parallel} at a time" + (f", GPU slots {groups}" if groups else "")
+        + ("" if args.launcher == "local" else f", each a {args.launcher} job") + f", out {out}"
+    )  # fmt: skip
+    for line in filter(None, (sharing_line(args.trials_per_gpu) if share else None, note)):
+        print(line)
     if args.dry_run:
         _list_trials(trials)
     if not _trials_start(trials):
@@ -169,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         results = run_trials(
-            trials, parallel=parallel, groups=groups, metric_name=metric, memory_share=share
-        )
+            trials, parallel=parallel, groups=groups, metric_name=metric, memory_share=share,
+            launcher=cluster.from_arguments(args, out),
+        )  # fmt: skip
     finally:
         signal.signal(signal.SIGTERM, previous)
     interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)

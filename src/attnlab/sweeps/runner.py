@@ -212,14 +212,16 @@ def run_trials(
     memory_share: float | None = None,
     kept: Sequence[str] = (Status.COMPLETED,),
     env: dict[str, str] | None = None,
+    launcher=None,
 ) -> list[TrialResult]:
     """Run every trial (each needs a run_dir), `parallel` at a time; each running trial holds one
     GPU group from `groups` (a group listed K times, gpu_slots, runs K trials at once, each
     limited to `memory_share` of its memory). A failed trial does not stop the others. Ctrl-C
     (KeyboardInterrupt) interrupts the running trials and returns with the rest not_started.
     A trial an earlier run ended with a status of `kept` is kept as it ended, not started. `env`
-    is added to every trial's environment."""
-    pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share, kept, env)
+    is added to every trial's environment. `launcher` (attnlab.sweeps.cluster.ClusterLauncher):
+    each trial a cluster job instead of a local process, `parallel` of them in flight."""
+    pool = _TrialPool(trials, parallel, groups, metric_name, log, memory_share, kept, env, launcher)
     try:
         pool.run()
     except KeyboardInterrupt:
@@ -232,7 +234,7 @@ class _TrialPool:
 
     def __init__(
         self, trials, parallel: int, groups, metric_name: str, log, memory_share=None,
-        kept=(Status.COMPLETED,), env=None,
+        kept=(Status.COMPLETED,), env=None, launcher=None,
     ) -> None:  # fmt: skip
         self.results = [TrialResult(t) for t in trials]
         self.pending = deque(self.results)
@@ -245,6 +247,7 @@ class _TrialPool:
         self.memory_share: float | None = memory_share
         self.kept: tuple[str, ...] = tuple(kept)
         self.env: dict[str, str] = dict(env or {})  # added to every trial's environment
+        self.launcher = launcher  # None: local processes; else cluster jobs (sweeps.cluster)
 
     def run(self) -> None:
         while self.pending or self.running:
@@ -291,7 +294,7 @@ class _TrialPool:
         try:
             with _ctrl_c_deferred():  # a started process is always in self.running
                 env = {**trial_env(result.gpus, self.memory_share), **self.env}
-                proc, logfile = launch(trial, env, result.gpus)
+                proc, logfile = launch(trial, env, result.gpus, self.launcher)
                 self.running[proc] = (result, time.monotonic(), logfile)
         except OSError as err:
             self.release(result)
@@ -309,7 +312,8 @@ class _TrialPool:
     def reap(self, proc: subprocess.Popen, interrupted: bool = False) -> None:
         """Record the ended trial (results.json's status, its metric) and free its GPUs."""
         result, t0, logfile = self.running.pop(proc)
-        logfile.close()
+        if logfile is not None:
+            logfile.close()
         result.wall_time_s = time.monotonic() - t0
         finish(result, proc.returncode, interrupted, self.metric_name)
         self.release(result)
@@ -323,17 +327,21 @@ class _TrialPool:
             self.log(line)
 
 
-def launch(trial: Trial, env: dict[str, str], gpus: str | None = None):
+def launch(trial: Trial, env: dict[str, str], gpus: str | None = None, launcher=None):
     """Start the trial's process in its own session, its output appended to <run_dir>/trial.log
     (an earlier attempt's output stays above it); (process, open log file: close it when the
     process ends). OSError when the command cannot start. Call it inside _ctrl_c_deferred(), with
-    the bookkeeping of the process, so that a Ctrl-C cannot fall between the two."""
+    the bookkeeping of the process, so that a Ctrl-C cannot fall between the two. With a
+    `launcher`, the trial is submitted as a cluster job instead: (its JobProcess, None)."""
     trial.run_dir.mkdir(parents=True, exist_ok=True)
     logfile = open(trial.run_dir / "trial.log", "a")
     logfile.write(f"$ {shlex.join(trial.command)}\n")
     if gpus is not None:
         logfile.write(f"# CUDA_VISIBLE_DEVICES={gpus}\n")
     logfile.flush()
+    if launcher is not None:
+        logfile.close()
+        return launcher.launch(trial.command, env, trial.run_dir / "trial.log"), None
     try:
         proc = subprocess.Popen(
             trial.command,
@@ -386,6 +394,9 @@ def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> No
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    if hasattr(proc, "signal_group"):  # a cluster job (attnlab.sweeps.cluster.JobProcess)
+        proc.signal_group(sig)
+        return
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):

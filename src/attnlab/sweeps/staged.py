@@ -266,13 +266,14 @@ STAGE_ONE_KEPT = (Status.COMPLETED, Status.FAILED, Status.DIVERGED, Status.PRUNE
 JOB_TYPES = {1: "tune", 2: "seeds"}
 
 
-def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,), env=None):
-    """The trials run (attnlab.sweeps.runner.run_trials); those ended earlier with a status of
-    `kept` kept as they ended; `env` added to each trial's environment (stage 2's W&B job type
-    where it has none)."""
+def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,), env=None,
+              launcher=None):  # fmt: skip
+    """The trials run (attnlab.sweeps.runner.run_trials; with a `launcher`, as cluster jobs);
+    those ended earlier with a status of `kept` kept as they ended; `env` added to each trial's
+    environment (stage 2's W&B job type where it has none)."""
     env = {JOB_TYPE_ENV: JOB_TYPES[2], **(env or {})}
     return run_trials(trials, parallel=parallel, groups=groups, metric_name=metric,
-                      memory_share=share, kept=kept, env=env)  # fmt: skip
+                      memory_share=share, kept=kept, env=env, launcher=launcher)  # fmt: skip
 
 
 def stage_one_env(tune) -> dict[str, str]:
