@@ -313,6 +313,10 @@ def main() -> int:
               "width folders together (attnlab-compare outputs/sweeps/lr_width/d*)",
               file=sys.stderr)  # fmt: skip
         return 2
+    if runs8 is not None and (not runs8 or any(WIDTH not in r.config for r in runs8)):
+        print(f"lr_width_figure.py: error: --heads8 {args.heads8}: no runs with a {WIDTH} "
+              "column (scripts/lr_width_csv.py --width N adds it)", file=sys.stderr)  # fmt: skip
+        return 2
     if args.max_rate is not None:
         runs = [r for r in runs if float(r.config.get(RATE, 0)) <= args.max_rate * (1 + 1e-9)]
     low, upto = 0.0, args.upto
