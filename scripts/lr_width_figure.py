@@ -121,22 +121,26 @@ def named_contrast(found: dict, arm: str, reference: str) -> list[list[str]]:
     return contrast_rows(f"({arm} - {reference}) at {widths[-1]} minus at {widths[0]}", cells)
 
 
-def heads_contrasts(found: dict, found8: dict, arm: str, reference: str) -> list[list[str]]:
+def heads_contrasts(found: dict, found8: dict, arm: str, reference: str) -> list[list[list[str]]]:
     """sweeps/lr_width_dk.yaml's named contrast: at the widest width, (arm - reference)'s
     sensitivity gap with the main table's heads (d_k = d_model / 4) minus the gap with `found8`'s
     8 heads (d_k = d_model / 8); then, exploratory, the width contrast with the widest cell taken
-    from `found8` (d_k 8 -> 16 instead of 8 -> 32)."""
+    from `found8` (d_k 8 -> 16 instead of 8 -> 32). Two tables (each a header and its row, or one
+    line saying why it has none)."""
     widths = sorted({w for _, w in found})
     wide = max(w for _, w in found8)
     if wide not in widths or len(widths) < 2:
-        return [[f"the heads contrast: d_model {wide} is not in the main table"]]
+        return [[[f"the heads contrast: d_model {wide} is not in the main table"]]]
     h4 = [found.get((a, wide)) for a in (arm, reference)]
     h8 = [found8.get((a, wide)) for a in (arm, reference)]
     narrow = [found.get((a, widths[0])) for a in (arm, reference)]
-    named = contrast_rows(f"(arm - reference) at {wide}: 4 heads minus 8 heads", [*h4, *h8])
-    other = contrast_rows(f"exploratory: (arm - reference) at {wide} with 8 heads minus at "
-                          f"{widths[0]} with 4", [*h8, *narrow])  # fmt: skip
-    return named + other[1:]
+    return [
+        contrast_rows(f"(arm - reference) at {wide}: 4 heads minus 8 heads", [*h4, *h8]),
+        contrast_rows(
+            f"exploratory: (arm - reference) at {wide} with 8 heads minus at {widths[0]} with 4",
+            [*h8, *narrow],
+        ),  # fmt: skip
+    ]
 
 
 def contrast_rows(title: str, cells: list) -> list[list[str]]:
@@ -313,12 +317,17 @@ def main() -> int:
               "width folders together (attnlab-compare outputs/sweeps/lr_width/d*)",
               file=sys.stderr)  # fmt: skip
         return 2
+    if runs8 is not None and not args.rates:
+        print("lr_width_figure.py: error: --heads8 needs --range LO:HI (its contrast's rates)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if runs8 is not None and (not runs8 or any(WIDTH not in r.config for r in runs8)):
         print(f"lr_width_figure.py: error: --heads8 {args.heads8}: no runs with a {WIDTH} "
               "column (scripts/lr_width_csv.py --width N adds it)", file=sys.stderr)  # fmt: skip
         return 2
     if args.max_rate is not None:
         runs = [r for r in runs if float(r.config.get(RATE, 0)) <= args.max_rate * (1 + 1e-9)]
+        runs8 = runs8 and [r for r in runs8 if float(r.config[RATE]) <= args.max_rate * (1 + 1e-9)]
     low, upto = 0.0, args.upto
     if args.rates:
         try:
@@ -344,7 +353,8 @@ def main() -> int:
             if args.heads8:
                 found8 = readings(runs8, upto, args.tol, low)
                 print(f"\nthe contrast sweeps/lr_width_dk.yaml names ({part}, Welch):")
-                print(text_table(heads_contrasts(found, found8, arm, reference)))
+                for rows in heads_contrasts(found, found8, arm, reference):
+                    print(text_table(rows))
     if args.plot:
         plot(found, part, args.plot)
     return 0

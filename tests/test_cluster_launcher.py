@@ -79,6 +79,60 @@ def test_a_cancelled_job_passes_the_signal_to_its_trial(tmp_path):
     assert "# submitit_local job" in (tmp_path / "trial.log").read_text()
 
 
+RESUMER = """
+import signal, sys, time, pathlib
+out = pathlib.Path(sys.argv[1])
+attempt = len(out.read_text().split()) + 1 if out.exists() else 1
+out.write_text(out.read_text() + " started" if out.exists() else "started")
+if attempt > 1:
+    sys.exit(0)  # the requeued run: resumed, it ends
+def stop(signum, frame):
+    out.with_suffix(".signal").write_text(signal.Signals(signum).name)
+    sys.exit(4)
+signal.signal(signal.SIGTERM, stop)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_job_near_its_time_limit_stops_its_trial_and_requeues_the_same_command(tmp_path):
+    """submitit's time-limit signal (here 55 s before a 1-minute limit, so after 5 s) reaches
+    the job while it waits for its trial: the trial gets SIGTERM (it would save a checkpoint),
+    the job is requeued with the same command, and the rerun ends the trial."""
+    launcher = cluster.ClusterLauncher("submitit_local", tmp_path, options={"timeout_min": 1})
+    launcher.executor._executor.parameters["signal_delay_s"] = 55  # (AutoExecutor does not pass it)
+    mark = tmp_path / "trial.started"
+    job = launcher.launch([sys.executable, "-c", RESUMER, str(mark)], {}, tmp_path / "trial.log")
+    assert job.wait() == 0
+    assert mark.read_text().split() == ["started", "started"]  # two attempts: requeued once
+    assert mark.with_suffix(".signal").read_text() == "SIGTERM"
+
+
+def test_a_job_passes_each_stop_signal_on_once(tmp_path, monkeypatch):
+    """Locally a Ctrl-C reaches the job twice (the terminal's, then the cancel's): the trial
+    gets it once (a second SIGINT would stop Lightning at once, without its checkpoint)."""
+    sent = []
+    monkeypatch.setattr(cluster, "_signal_group", lambda pid, sig: sent.append(sig))
+    job = cluster.TrialCommand(["x"], {}, str(tmp_path / "log"))
+    job._passed, job._proc = set(), type("P", (), {"pid": 1, "poll": lambda self: None})()
+    for sig in (signal.SIGINT, signal.SIGINT, signal.SIGTERM):
+        job._pass_on(sig, None)
+    assert sent == [signal.SIGINT, signal.SIGTERM]
+
+
+def test_a_refused_submission_is_a_failed_trial_not_a_crash(tmp_path, monkeypatch):
+    """sbatch's refusal (a QOS limit, a timeout) reaches the runner as OSError: the trial is
+    recorded failed with the cluster's answer and the sweep goes on."""
+    launcher = cluster.ClusterLauncher("submitit_local", tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("sbatch: error: QOSMaxSubmitJobPerUserLimit")
+
+    monkeypatch.setattr(launcher.executor, "submit", refuse)
+    with pytest.raises(OSError, match="submitit_local refused the job: sbatch: error: QOSMax"):
+        launcher.launch(["true"], {}, tmp_path / "trial.log")
+
+
 def test_the_requeue_hook_stops_the_trial_and_resubmits_its_command(tmp_path):
     """submitit's checkpoint hook (near the time limit): SIGTERM to the trial (Lightning saves
     and records `interrupted`), then the same command resubmitted, which resumes the trial."""
@@ -118,8 +172,10 @@ def test_a_jobs_environment_is_the_nodes_with_the_runners_additions(tmp_path, mo
         (["--launcher", "submitit_local", "--launcher-opt", "tiemout_min=5"], "--launcher-opt "
          "tiemout_min: not a submitit parameter (did you mean timeout_min?)"),
         (["--launcher", "slurm"], "--launcher slurm: no SLURM here (srun not found)"),
+        (["--launcher", "submitit_local", "--launcher-opt", "nodes=2"], "--launcher-opt nodes=2: "
+         "a trial is one task on one node"),
     ],
-    ids=["gpus", "opt-alone", "opt-form", "opt-name", "no-slurm"],
+    ids=["gpus", "opt-alone", "opt-form", "opt-name", "no-slurm", "nodes"],
 )  # fmt: skip
 def test_bad_launcher_arguments_are_one_line_exit_2_and_write_nothing(
     tmp_path, capsys, monkeypatch, args, message

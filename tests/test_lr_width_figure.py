@@ -99,7 +99,7 @@ def test_the_heads_contrast_matches_a_hand_computation(script, table, tmp_path):
     found8 = script.readings(read_runs_csv(path8), upto=0.1, tol=0.1, low=1e-3)
     post, pre = ("norm_position=post, warmup_steps=300, qk_norm=false",
                  "norm_position=pre, warmup_steps=300, qk_norm=true")  # fmt: skip
-    rows = script.heads_contrasts(found, found8, post, pre)
+    named, other = script.heads_contrasts(found, found8, post, pre)
 
     def sens8(norm, seed):
         values = [v + 0.01 * seed * (2 if norm == "post" else 1) for v in SHAPE[64, norm]]
@@ -113,8 +113,12 @@ def test_the_heads_contrast_matches_a_hand_computation(script, table, tmp_path):
     hand = (statistics.fmean(groups[0]) - statistics.fmean(groups[1])
             - statistics.fmean(groups[2]) + statistics.fmean(groups[3]))  # fmt: skip
     assert abs(hand) > 0.1  # the shifted point moved Post-LN's best: the contrast is not 0
-    assert rows[1][0].endswith("4 heads minus 8 heads") and rows[1][2].startswith(f"{hand:.3g} [")
-    assert rows[2][0].startswith("exploratory") and rows[2][1] == "3/3/3/3"
+    assert named[1][0].endswith("4 heads minus 8 heads") and named[1][2].startswith(f"{hand:.3g} [")
+    assert other[1][0].startswith("exploratory") and other[1][1] == "3/3/3/3"
+    del found8[post, 64]  # a cell without a reading: one line saying so, the other table kept
+    named, other = script.heads_contrasts(found, found8, post, pre)
+    assert named == [["(arm - reference) at 64: 4 heads minus 8 heads: a cell has no reading on "
+                      "the range"]] and len(other) == 1  # fmt: skip
 
 
 def test_a_table_without_widths_is_one_line_and_exit_2(script, tmp_path, capsys, monkeypatch):

@@ -134,10 +134,10 @@ def test_a_studys_view_has_each_stage_as_its_own_groups(path):
     assert grouped == ["JobType", *(config_path(k) for k in arms), config_path(desc.tune.key)]
     assert "run:jobType" in workspace.runset_settings.pinned_columns
     one, two = workspace.sections[:2]
-    assert one.name.startswith("stage 1 (job type tune)") and one.panels[0].y == [
+    assert one.name.startswith("stage 1's view (job type tune)") and one.panels[0].y == [
         spec["tune"]["metric"]
     ]
-    assert two.name.startswith("stage 2 (job type seeds)")
+    assert two.name.startswith("stage 2's view (job type seeds)")
     assert two.panels[0].metrics == [spec["primary"]["metric"]]
     model = json.dumps(workspace._to_model().model_dump(by_alias=True), default=str)
     assert '"jobType"' in model

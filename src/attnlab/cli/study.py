@@ -224,9 +224,14 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
         how = " ".join(run.study.evaluate.argv(out / "seeds" / "<trial>"))
         print(f"evaluating stage 2's trials: attnlab-eval {how}")
         call = launcher.call if launcher is not None else None
-        for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel,
-                                    call=call, groups=groups, share=share):  # fmt: skip
-            print(f"attnlab-sweep: error: {line}", file=sys.stderr)
+        try:
+            for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel,
+                                        call=call, groups=groups, share=share):  # fmt: skip
+                print(f"attnlab-sweep: error: {line}", file=sys.stderr)
+        except KeyboardInterrupt:  # local evaluations got the Ctrl-C too; cluster jobs did not
+            if launcher is not None:
+                launcher.cancel_evaluations()
+            raise
     print()
     print(write_summary(results, out / "seeds", f"{name} stage 2", source, primary.metric,
                         interrupted))  # fmt: skip

@@ -32,7 +32,8 @@ LAUNCHERS = ("local", "slurm", "submitit_local")
 # conf/hydra/launcher/slurm.yaml's defaults for one job, as submitit's names (`--launcher-opt
 # KEY=VALUE` overrides or adds any of submitit's parameters: slurm_partition, slurm_account, ...)
 DEFAULTS = {"timeout_min": 1440, "cpus_per_task": 8, "mem_gb": 64, "nodes": 1, "tasks_per_node": 1}
-GRACE_S = 60.0  # a trial stopped by its job (cancel, time limit) gets this long to checkpoint
+GRACE_S = 60.0  # a trial stopped before a requeue gets this long to checkpoint (a cancel: the
+# cluster's own grace, SLURM's KillWait)
 # SLURM's task layout, hidden from the trial: Lightning would otherwise expect one task per GPU
 HIDDEN = ("SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS")
 
@@ -101,6 +102,12 @@ def _executor(kind: str, folder: Path | None, options: Mapping):
             "--launcher slurm: no SLURM here (srun not found); run it where sbatch and srun "
             "are, or try the path locally with --launcher submitit_local"
         )
+    for key in ("nodes", "tasks_per_node"):
+        if options.get(key, 1) != 1:
+            raise ValueError(
+                f"--launcher-opt {key}={options[key]}: a trial is one task on one node "
+                "(several GPUs: --gpus-per-trial, DDP inside the job)"
+            )
     if folder is None:
         with tempfile.TemporaryDirectory() as tmp:
             return _executor(kind, Path(tmp), options)
@@ -148,9 +155,13 @@ class TrialCommand:
         return {**self.__dict__, "_proc": None}  # the running child is this process's own
 
     def __call__(self) -> int:
+        import sys
+
         env = {k: v for k, v in os.environ.items() if k not in HIDDEN}
         env.update(self.env)
-        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"  # this interpreter's bin/ first, as the runner does locally
+        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        self._passed: set[int] = set()
         previous = {s: signal.signal(s, self._pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             with open(self.log, "a") as out:
@@ -158,15 +169,21 @@ class TrialCommand:
                     self.command, stdout=out, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                 )  # fmt: skip
-                return self._proc.wait()
+                # poll, never a blocking wait(): submitit's requeue handler (checkpoint) runs
+                # on this thread and must be able to poll the child while we wait for it
+                while self._proc.poll() is None:
+                    time.sleep(0.2)
+                return self._proc.returncode
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
     def _pass_on(self, signum, frame) -> None:
         """A cancelled job (SIGINT locally, SIGTERM from scancel): the trial gets the signal
-        (Lightning stops cleanly and the run records `interrupted`); the job waits for it."""
-        if self._proc is not None and self._proc.poll() is None:
+        once (Lightning stops cleanly and the run records `interrupted`; a second SIGINT would
+        make it stop at once, without its checkpoint); the job waits for it."""
+        if self._proc is not None and self._proc.poll() is None and signum not in self._passed:
+            self._passed.add(signum)
             _signal_group(self._proc.pid, signum)
 
     def checkpoint(self, *args, **kwargs):
@@ -179,6 +196,8 @@ class TrialCommand:
 
 
 def stop_child(proc: subprocess.Popen | None, grace_s: float = GRACE_S) -> None:
+    """SIGTERM to the trial's group, then SIGKILL after `grace_s`; polls only (a blocking
+    wait() would deadlock inside the requeue handler, TrialCommand.__call__ being in poll)."""
     if proc is None or proc.poll() is not None:
         return
     _signal_group(proc.pid, signal.SIGTERM)
@@ -187,7 +206,8 @@ def stop_child(proc: subprocess.Popen | None, grace_s: float = GRACE_S) -> None:
         time.sleep(0.2)
     if proc.poll() is None:
         _signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
+        while proc.poll() is None:
+            time.sleep(0.05)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -233,18 +253,27 @@ class ClusterLauncher:
     <sweep folder>/.submitit."""
 
     def __init__(self, kind: str, folder: Path, gpus_per_trial: int = 0, options=None) -> None:
-        self.kind = kind
+        import threading
+
+        self.kind, self.lock, self.evaluating = kind, threading.Lock(), []
         params = {"gpus_per_node": gpus_per_trial} if gpus_per_trial else {}
         params.update(options or {})
         self.executor = _executor(kind, folder / ".submitit", params)
 
-    def launch(self, command: Sequence[str], env: Mapping[str, str], log: Path) -> JobProcess:
-        """Submit one command; its output is appended to `log` (the job's id written there).
-        `env`: the runner's environment for it; only what differs from this process's own goes
-        with the job (the node's environment, SLURM's variables and devices, is kept)."""
-        extra = {k: v for k, v in env.items() if os.environ.get(k) != v}
-        self.executor.update_parameters(name=log.parent.name[:64])
-        job = self.executor.submit(TrialCommand(command, extra, str(log)))
+    def launch(self, command: Sequence[str], env: Mapping[str, str], log: Path,
+               name: str | None = None) -> JobProcess:  # fmt: skip
+        """Submit one command as job `name` (default: its log's folder, the trial); its output
+        is appended to `log` (the job's id written there). `env`: the runner's environment for
+        it; only what differs from this process's own goes with the job (the node's
+        environment, SLURM's variables and devices, is kept; PATH is the node's with this
+        interpreter's bin/ first). OSError when the cluster refuses the job."""
+        extra = {k: v for k, v in env.items() if os.environ.get(k) != v and k != "PATH"}
+        try:
+            with self.lock:  # the name and the submission together (evaluations use threads)
+                self.executor.update_parameters(name=(name or log.parent.name)[:64])
+                job = self.executor.submit(TrialCommand(command, extra, str(log)))
+        except Exception as err:  # sbatch's refusal (a QOS limit, a timeout): a failed trial
+            raise OSError(f"{self.kind} refused the job: {str(err).strip()[:300]}") from None
         with open(log, "a") as f:
             f.write(f"# {self.kind} job {job.job_id}\n")
         return JobProcess(job)
@@ -254,4 +283,17 @@ class ClusterLauncher:
         import sys
 
         log.write_text(f"$ attnlab-eval {' '.join(argv)}\n")
-        return self.launch([sys.executable, "-m", "attnlab.cli.eval", *argv], env, log).wait()
+        try:
+            job = self.launch([sys.executable, "-m", "attnlab.cli.eval", *argv], env, log,
+                              name=f"eval-{log.parent.parent.name}")  # fmt: skip
+        except OSError as err:
+            log.write_text(log.read_text() + f"{err}\n")
+            return 1
+        self.evaluating.append(job)
+        return job.wait()
+
+    def cancel_evaluations(self) -> None:
+        """Cancel the evaluation jobs still running (Ctrl-C during a study's evaluations)."""
+        for job in self.evaluating:
+            if job.poll() is None:
+                job.signal_group(signal.SIGINT)

@@ -167,10 +167,11 @@ def _sweep_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
 
 
 def _study_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
-    """A study's sections, one per stage; the runs are grouped by job type (tune: stage 1,
-    seeds: stage 2), arm and tuned value, so every group is one stage's. A stage-1 run that
-    stage 2 reuses as a seed (the same config and seed at the chosen value) is one W&B run,
-    logged in stage 1: its group is stage 1's."""
+    """A study's sections, stage 1's views then stage 2's; the runs are grouped by job type
+    (tune: stage 1, seeds: stage 2), arm and tuned value, so every group is one stage's and
+    labelled so, but a workspace has one run set: each panel shows both stages' groups. A
+    stage-1 run that stage 2 reuses as a seed (the same config and seed at the chosen value) is
+    one W&B run, logged in stage 1: its group is stage 1's."""
     tune, better = desc.tune, "lower" if desc.goal == "minimize" else "higher"
     tune_better = "lower" if tune.goal == "minimize" else "higher"
     stage_one = [wr.LinePlot(title=f"stage 1: {tune.metric} against the step", x=STEP,
@@ -184,13 +185,13 @@ def _study_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
     stage_two = [wr.BarPlot(title=title, metrics=[desc.metric], orientation="v", **band)]
     return [
         ws.Section(
-            name=f"stage 1 (job type tune): {tune.key} per arm on {tune.metric} "
+            name=f"stage 1's view (job type tune): {tune.key} per arm on {tune.metric} "
             f"({tune_better} is better)",
             is_open=True,
             panels=stage_one,
         ),  # fmt: skip
         ws.Section(
-            name=f"stage 2 (job type seeds): {desc.metric}, the primary metric "
+            name=f"stage 2's view (job type seeds): {desc.metric}, the primary metric "
             f"({better} is better)",
             is_open=True,
             panels=stage_two,
