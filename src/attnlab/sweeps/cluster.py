@@ -22,6 +22,7 @@ import difflib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -155,8 +156,6 @@ class TrialCommand:
         return {**self.__dict__, "_proc": None}  # the running child is this process's own
 
     def __call__(self) -> int:
-        import sys
-
         env = {k: v for k, v in os.environ.items() if k not in HIDDEN}
         env.update(self.env)
         env["PYTHONUNBUFFERED"] = "1"  # this interpreter's bin/ first, as the runner does locally
@@ -280,8 +279,6 @@ class ClusterLauncher:
 
     def call(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> int:
         """attnlab.sweeps.evaluate's `call`: an evaluation as a job, waited for; its code."""
-        import sys
-
         log.write_text(f"$ attnlab-eval {' '.join(argv)}\n")
         try:
             job = self.launch([sys.executable, "-m", "attnlab.cli.eval", *argv], env, log,

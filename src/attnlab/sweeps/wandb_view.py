@@ -137,10 +137,9 @@ def build_view(desc: SweepDescription, entity: str, project: str):
 def _sweep_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
     """A sweep's sections: the metric per arm (against the step, and final), and against the
     swept learning rate where there is one."""
-    better = "lower" if desc.goal == "minimize" else "higher"
     sections = [
         ws.Section(
-            name=f"{desc.metric} per arm (mean and std over seeds; {better} is better)",
+            name=f"{desc.metric} per arm (mean and std over seeds; {_better(desc.goal)} is better)",
             is_open=True,
             panels=[
                 wr.LinePlot(
@@ -172,8 +171,7 @@ def _study_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
     labelled so, but a workspace has one run set: each panel shows both stages' groups. A
     stage-1 run that stage 2 reuses as a seed (the same config and seed at the chosen value) is
     one W&B run, logged in stage 1: its group is stage 1's."""
-    tune, better = desc.tune, "lower" if desc.goal == "minimize" else "higher"
-    tune_better = "lower" if tune.goal == "minimize" else "higher"
+    tune = desc.tune
     stage_one = [wr.LinePlot(title=f"stage 1: {tune.metric} against the step", x=STEP,
                              y=[tune.metric], **band)]  # fmt: skip
     if desc.lr_key:  # the tuning curve: the stage-1 metric against the rate, log axis
@@ -183,20 +181,20 @@ def _study_sections(wr, ws, desc: SweepDescription, band: dict) -> list:
         ))  # fmt: skip
     title = f"stage 2: final {desc.metric} per arm at its chosen {tune.key}"
     stage_two = [wr.BarPlot(title=title, metrics=[desc.metric], orientation="v", **band)]
+    names = (
+        f"stage 1's view (job type tune): {tune.key} per arm on {tune.metric} "
+        f"({_better(tune.goal)} is better)",
+        f"stage 2's view (job type seeds): {desc.metric}, the primary metric "
+        f"({_better(desc.goal)} is better)",
+    )
     return [
-        ws.Section(
-            name=f"stage 1's view (job type tune): {tune.key} per arm on {tune.metric} "
-            f"({tune_better} is better)",
-            is_open=True,
-            panels=stage_one,
-        ),  # fmt: skip
-        ws.Section(
-            name=f"stage 2's view (job type seeds): {desc.metric}, the primary metric "
-            f"({better} is better)",
-            is_open=True,
-            panels=stage_two,
-        ),  # fmt: skip
+        ws.Section(name=name, is_open=True, panels=panels)
+        for name, panels in zip(names, (stage_one, stage_two), strict=True)
     ]
+
+
+def _better(goal: str) -> str:
+    return "lower" if goal == "minimize" else "higher"
 
 
 def _lr_panel(wr, desc: SweepDescription):
