@@ -19,6 +19,7 @@ from attnlab.sweeps.evaluate import evaluate_trials
 from attnlab.sweeps.spec import SweepError
 from attnlab.sweeps.summary import write_summary
 from attnlab.sweeps.tuning import Study
+from attnlab.sweeps.wandb_stage import WandbStages, batch_config, logger_problem
 
 
 def run_study(
@@ -28,11 +29,6 @@ def run_study(
     worst; 4 when interrupted in either stage). `cli`: attnlab.cli.sweep, whose helpers a
     sweep and a study share (passed in, not imported: that module starts this one)."""
     tuning.check_arms(config, args.sweep)
-    if args.wandb:
-        raise SweepError(
-            f"{args.sweep}: a study runs here (attnlab-sweep without --wandb); W&B's server "
-            "would run its arms without the per-arm tuning"
-        )
     if args.count is not None:
         raise SweepError("--count does not apply to a study: its stages set their trials")
     out = Path(args.out) if args.out else cli.default_out_dir(config["name"])
@@ -54,8 +50,12 @@ def run_study(
     edges = run.edge_trials()
     if not _metrics_reported(run, grid[0], args.sweep):
         return 2
+    if args.wandb and (problem := logger_problem(grid[0].command)):
+        raise SweepError(f"{args.sweep}: {problem}")
     if not cli._trials_start([*grid, *edges, *firsts]):
         return 2
+    if args.wandb:
+        print(wandb_plan(run, args, grid, groups, parallel))
     if args.dry_run:
         print(f"checked: the config of every grid trial ({len(grid)}), of each point extension "
               f"can add ({len(edges)}: {tuning.extension_points(study.tune)} per arm), and each "
@@ -67,10 +67,31 @@ def run_study(
     resume = f"resume: {cli.resume_command(argv if argv is not None else sys.argv[1:], out)}"
     previous = signal.signal(signal.SIGTERM, cli._raise_interrupt)
     try:
-        launcher = cluster.from_arguments(args, out)
+        launcher = _wandb_stages(args, run, groups, parallel, share) if args.wandb else (
+            cluster.from_arguments(args, out))  # fmt: skip
         return _stages(run, args.sweep, parallel, groups, share, resume, launcher)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _wandb_stages(args, run: staged.StudyRun, groups, parallel: int, share) -> WandbStages:
+    project = args.project or run.config.get("project")
+    return WandbStages(run.config["name"], run.out, parallel, groups, share, project, args.entity)
+
+
+def wandb_plan(run: staged.StudyRun, args, grid, groups, parallel: int) -> str:
+    """What --wandb sends: each batch a W&B grid over `trial`; stage 1's first sweep shown."""
+    import yaml
+
+    project = args.project or run.config.get("project")
+    plan = run.out / "wandb" / "stage1-1" / "plan.json"  # a fresh study's first batch
+    first = batch_config(run.config["name"], 1, 1, plan, [t.run_dir.name for t in grid], project)
+    agents = f"{len(groups)} (one per GPU slot)" if groups else f"up to {parallel}"
+    return (
+        f"  on W&B: each batch of trials (stage 1's grid, each extension or refinement, stage "
+        f"2's seeds) its own sweep, a grid over `trial`; agents: {agents}; evaluations here\n"
+        f"  stage 1's first sweep:\n" + yaml.safe_dump(first, sort_keys=False).rstrip()
+    )
 
 
 def power_line(run: staged.StudyRun, pilot: str | None, sd: float | None) -> str:
@@ -223,13 +244,14 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
     if run.study.evaluate is not None and not interrupted:
         how = " ".join(run.study.evaluate.argv(out / "seeds" / "<trial>"))
         print(f"evaluating stage 2's trials: attnlab-eval {how}")
-        call = launcher.call if launcher is not None else None
+        local = launcher is None or isinstance(launcher, WandbStages)  # evaluations here
+        call = None if local else launcher.call
         try:
             for line in evaluate_trials(run.study.evaluate, results, primary.metric, parallel,
                                         call=call, groups=groups, share=share):  # fmt: skip
                 print(f"attnlab-sweep: error: {line}", file=sys.stderr)
         except KeyboardInterrupt:  # local evaluations got the Ctrl-C too; cluster jobs did not
-            if launcher is not None:
+            if not local:
                 launcher.cancel_evaluations()
             raise
     print()

@@ -145,6 +145,21 @@ def completed_earlier(trial: Trial, kept: Sequence[str] = (Status.COMPLETED,)) -
     return results if defining_overrides(recorded) == defining_overrides(trial.overrides) else None
 
 
+def kept_as_ended(result: TrialResult, kept: Sequence[str], metric_name: str) -> bool:
+    """True, with `result` set from its results.json, when an earlier run of the trial ended
+    with a status of `kept` (completed_earlier); False, `result` untouched, otherwise."""
+    results = completed_earlier(result.trial, kept)
+    if results is None:
+        return False
+    result.status = Status(results["status"])
+    result.exit_code = EXIT_CODES.get(result.status)
+    result.wall_time_s = results.get("wall_time_s")
+    result.metric = _metric(results, metric_name)
+    if result.status != Status.COMPLETED:
+        result.error = str(results.get("error") or result.status)
+    return True
+
+
 def _metric(results: dict | None, name: str) -> float | None:
     """The numeric metric `name` of a results.json, else None."""
     value = ((results or {}).get("metrics") or {}).get(name)
@@ -273,15 +288,8 @@ class _TrialPool:
     def keep(self, result: TrialResult) -> bool:
         """A trial that ended (completed; or a status of self.kept) in an earlier run of the
         sweep: recorded as it ended, not started."""
-        results = completed_earlier(result.trial, self.kept)
-        if results is None:
+        if not kept_as_ended(result, self.kept, self.metric_name):
             return False
-        result.status = Status(results["status"])
-        result.exit_code = EXIT_CODES.get(result.status)
-        result.wall_time_s = results.get("wall_time_s")
-        result.metric = _metric(results, self.metric_name)
-        if result.status != Status.COMPLETED:
-            result.error = str(results.get("error") or result.status)
         label = f"{self._progress(result)} kept      {result.trial.label}"
         self.log(f"{label} ({result.status} earlier)")
         return True

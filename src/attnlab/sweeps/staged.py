@@ -42,6 +42,7 @@ from attnlab.sweeps.tuning import (
     score,
     value_label,
 )
+from attnlab.sweeps.wandb_stage import WandbStages
 
 REUSE_NOTE = (
     "stage 2's seed is one of stage 1's tuning seeds: at the chosen value this run is the stage-1 "
@@ -268,10 +269,13 @@ JOB_TYPES = {1: "tune", 2: "seeds"}
 
 def run_stage(trials, parallel, groups, metric, share, kept=(Status.COMPLETED,), env=None,
               launcher=None):  # fmt: skip
-    """The trials run (attnlab.sweeps.runner.run_trials; with a `launcher`, as cluster jobs);
+    """The trials run (attnlab.sweeps.runner.run_trials; with a `launcher`, as cluster jobs, or
+    as a W&B sweep with a WandbStages);
     those ended earlier with a status of `kept` kept as they ended; `env` added to each trial's
     environment (stage 2's W&B job type where it has none)."""
     env = {JOB_TYPE_ENV: JOB_TYPES[2], **(env or {})}
+    if isinstance(launcher, WandbStages):  # each batch a W&B sweep (attnlab.sweeps.wandb_stage)
+        return launcher.run_stage(trials, metric, kept, env)
     return run_trials(trials, parallel=parallel, groups=groups, metric_name=metric,
                       memory_share=share, kept=kept, env=env, launcher=launcher)  # fmt: skip
 

@@ -71,17 +71,10 @@ def run_agents(
     n_agents agents share the visible devices. Each agent's output goes to
     <out_dir>/agent-<i>.log and each run to <out_dir>/<W&B run id>.
     """
-    import wandb
-
     sweep_config = server_config(config, extra_overrides, run_root=out_dir)
-    sweep_id = wandb.sweep(sweep_config, project=project, entity=entity)
-    agent_gpus: list[str | None] = list(groups) if groups else [None] * n_agents
-    out_dir.mkdir(parents=True, exist_ok=True)
-    argv = agent_command(sweep_id, count=count, project=project, entity=entity)
-    print(f"sweep {sweep_id}: starting {len(agent_gpus)} agent(s): {' '.join(argv)}")
-    procs = [
-        _start_agent(i, gpus, argv, out_dir, memory_share) for i, gpus in enumerate(agent_gpus)
-    ]
+    _, procs = start_agents(
+        sweep_config, groups, n_agents, out_dir, count, project, entity, memory_share
+    )
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:
@@ -92,6 +85,31 @@ def run_agents(
         if code != 0:
             print(f"agent {i} exited with code {code}; see {out_dir / f'agent-{i}.log'}")
     return 0 if all(code == 0 for code in codes) else 1
+
+
+def start_agents(
+    sweep_config: dict,
+    groups: Sequence[str],
+    n_agents: int,
+    out_dir: Path,
+    count: int | None = None,
+    project: str | None = None,
+    entity: str | None = None,
+    memory_share: float | None = None,
+) -> tuple[str, list[subprocess.Popen]]:
+    """Create the sweep on the server and start its agents (one per GPU group, else n_agents);
+    (the sweep id, the agents' processes)."""
+    import wandb
+
+    sweep_id = wandb.sweep(sweep_config, project=project, entity=entity)
+    agent_gpus: list[str | None] = list(groups) if groups else [None] * n_agents
+    out_dir.mkdir(parents=True, exist_ok=True)
+    argv = agent_command(sweep_id, count=count, project=project, entity=entity)
+    print(f"sweep {sweep_id}: starting {len(agent_gpus)} agent(s): {' '.join(argv)}")
+    procs = [
+        _start_agent(i, gpus, argv, out_dir, memory_share) for i, gpus in enumerate(agent_gpus)
+    ]
+    return sweep_id, procs
 
 
 def _start_agent(

@@ -1,0 +1,135 @@
+"""attnlab-sweep STUDY --wandb: each batch of a study's trials a W&B sweep (a grid over `trial`)
+run by agents, the trials written where a local study writes them. No W&B server here:
+`wandb.sweep` saves the config it is given and `wandb agent` is tests/fixtures/fake_wandb_agent.py
+(the agent's command building; several agents share one grid). Checked: the study ends with the
+choice and metrics it has run locally, each batch's sweep names exactly its trials, Ctrl-C
+stops the running trials (none left behind) and a rerun sends only the rest, and a study whose
+runs would not log to W&B is refused in one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnlab.cli import sweep
+from attnlab.sweeps import wandb_agents
+from attnlab.sweeps.wandb_trial import main as wrapper_main
+from test_cluster_launcher import _comparable
+from test_study import SMALL, _outcome, _study
+
+AGENT = Path(__file__).resolve().parent / "fixtures" / "fake_wandb_agent.py"
+
+
+@pytest.fixture
+def fake_wandb(tmp_path, monkeypatch):
+    """wandb.sweep saves each config to <tmp>/server/<id>.json; the agents are the stand-in."""
+    import wandb
+
+    server = tmp_path / "server"
+    server.mkdir()
+    created: list[dict] = []
+
+    def create(config, project=None, entity=None):
+        sweep_id = f"sweep{len(created) + 1}"
+        created.append({**config, "_project": project, "_entity": entity})
+        (server / f"{sweep_id}.json").write_text(json.dumps(config))
+        return sweep_id
+
+    def agent(sweep_id, count=None, project=None, entity=None):
+        return [sys.executable, str(AGENT), str(server / f"{sweep_id}.json")]
+
+    monkeypatch.setattr(wandb, "sweep", create)
+    monkeypatch.setattr(wandb_agents, "agent_command", agent)
+    # the agents and the wrapper run attnlab from this checkout, as the trials do
+    src = str(Path(sweep.__file__).resolve().parents[2])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
+    )
+    return created
+
+
+@pytest.mark.slow
+def test_a_study_on_wandb_ends_as_the_same_study_run_locally(tmp_path, fake_wandb, capsys):
+    here, there = tmp_path / "here", tmp_path / "there"
+    path = _study(tmp_path)
+    assert sweep.main([str(path), "--out", str(here)]) == 0
+    assert sweep.main([str(path), "--out", str(there), "--wandb", "--parallel", "2"]) == 0
+    assert _comparable(_outcome(there)) == _comparable(_outcome(here))
+    # one sweep per batch: stage 1's grid (no extension or refinement in SMALL), stage 2's seeds
+    names = [c["name"] for c in fake_wandb]
+    assert names == ["tiny stage 1 (batch 1)", "tiny stage 2 (batch 1)"]
+    tune, seeds = (c["parameters"]["trial"]["values"] for c in fake_wandb)
+    assert sorted(tune) == sorted(p.name for p in (there / "tune").iterdir() if p.is_dir())
+    reused = yaml.safe_load((there / "seeds" / "sweep.yaml").read_text())["reused_from_stage_1"]
+    ran = {p.name for p in (there / "seeds").iterdir() if p.is_dir()} - set(reused)
+    assert sorted(seeds) == sorted(ran) and reused  # a reused stage-1 run is not sent again
+    for config in fake_wandb:
+        assert config["method"] == "grid" and config["command"][-1] == "${args_no_hyphens}"
+    log = (there / "seeds" / "arm_b-seed_2" / "trial.log").read_text()
+    assert log.startswith("$ ") and "\n# W&B run run" in log  # the command, then its W&B run
+    record = json.loads((there / "seeds" / "arm_b-seed_2" / "results.json").read_text())
+    assert record["job_type"] == "seeds"  # the stage's environment reached the trial
+    assert "on W&B: each batch of trials" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_running_trials_and_a_rerun_sends_only_the_rest(
+    tmp_path, fake_wandb, monkeypatch
+):
+    calm, out = tmp_path / "calm", tmp_path / "out"
+    path = _study(tmp_path)
+    assert sweep.main([str(path), "--out", str(calm)]) == 0
+    monkeypatch.setenv("FAKE_STUDY_SLEEP", "60")
+    trials = out / "wandb" / "stage1-1" / "trials"
+
+    def interrupt():  # Ctrl-C once both agents' trials run
+        deadline = time.monotonic() + 60
+        while len(list(trials.glob("*.json"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    argv = [str(path), "--out", str(out), "--wandb", "--parallel", "2"]
+    assert sweep.main(argv) == 4
+    records = [json.loads(p.read_text()) for p in trials.glob("*.json")]
+    assert len(records) == 2 and all(r["exit_code"] == 4 for r in records)  # stopped, not left
+    for r in records:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(r["pid"], 0)
+    statuses = {p.parent.name: json.loads(p.read_text())["status"]
+                for p in (out / "tune").glob("*/results.json")}  # fmt: skip
+    assert sorted(statuses.values()) == ["interrupted", "interrupted"]
+    assert not (out / "choice.json").exists()
+    monkeypatch.delenv("FAKE_STUDY_SLEEP")
+    assert sweep.main(argv) == 0
+    assert _comparable(_outcome(out)) == _comparable(_outcome(calm))
+    again = fake_wandb[1]["parameters"]["trial"]["values"]
+    assert fake_wandb[1]["name"] == "tiny stage 1 (batch 2)" and len(again) == 4  # all 4 again
+    assert (out / "wandb" / "stage1-1" / "plan.json").exists()  # the first batch's files kept
+
+
+def test_a_study_whose_runs_would_not_log_to_wandb_is_one_line_exit_2(tmp_path, capsys):
+    spec = {**SMALL, "command": [*SMALL["command"], "logger=none"]}
+    out = tmp_path / "out"
+    assert sweep.main([str(_study(tmp_path, spec)), "--out", str(out), "--wandb"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "logger=none" in err[0] and "logger=wandb" in err[0], err
+    assert not out.exists()
+
+
+def test_the_wrapper_refuses_a_trial_not_in_its_plan_in_one_line(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"trials": {"a-seed_1": {"command": ["true"], "run_dir": "x"}}}))
+    assert wrapper_main([str(plan), "trial=b-seed_1"]) == 2
+    assert wrapper_main([str(plan)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "no trial 'b-seed_1'; its trials: a-seed_1" in err[0] and "expected PLAN" in err[1]
