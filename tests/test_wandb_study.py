@@ -1,10 +1,12 @@
 """attnlab-sweep STUDY --wandb: each batch of a study's trials a W&B sweep (a grid over `trial`)
 run by agents, the trials written where a local study writes them. No W&B server here:
-`wandb.sweep` saves the config it is given and `wandb agent` is tests/fixtures/fake_wandb_agent.py
-(the agent's command building; several agents share one grid). Checked: the study ends with the
-choice and metrics it has run locally, each batch's sweep names exactly its trials, Ctrl-C
-stops the running trials (none left behind) and a rerun sends only the rest, and a study whose
-runs would not log to W&B is refused in one line, exit 2, nothing written."""
+`wandb.sweep` saves the config it is given, and the agent is either a light stand-in
+(tests/fixtures/fake_wandb_agent.py: the agent's command building, no failure counting) or
+wandb's own agent against a stand-in server (tests/fixtures/wandb_agent_real.py). Checked: the
+study ends with the choice and metrics it has run locally, diverged trials do not make wandb's
+agent quit, each batch's sweep names exactly its trials, Ctrl-C stops the running trials and a
+rerun sends only the rest, a sweep cancelled on W&B stops its trials (none left running), and a
+study that could not reach W&B is refused in one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -28,9 +30,11 @@ from test_study import SMALL, _outcome, _study
 AGENT = Path(__file__).resolve().parent / "fixtures" / "fake_wandb_agent.py"
 
 
-@pytest.fixture
-def fake_wandb(tmp_path, monkeypatch):
-    """wandb.sweep saves each config to <tmp>/server/<id>.json; the agents are the stand-in."""
+REAL = Path(__file__).resolve().parent / "fixtures" / "wandb_agent_real.py"
+
+
+def _server(tmp_path, monkeypatch, agent_script: Path) -> list[dict]:
+    """wandb.sweep saves each config to <tmp>/server/<id>.json; the agents run agent_script."""
     import wandb
 
     server = tmp_path / "server"
@@ -44,16 +48,33 @@ def fake_wandb(tmp_path, monkeypatch):
         return sweep_id
 
     def agent(sweep_id, count=None, project=None, entity=None):
-        return [sys.executable, str(AGENT), str(server / f"{sweep_id}.json")]
+        return [sys.executable, str(agent_script), str(server / f"{sweep_id}.json")]
 
     monkeypatch.setattr(wandb, "sweep", create)
     monkeypatch.setattr(wandb_agents, "agent_command", agent)
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # the study refuses W&B offline
     # the agents and the wrapper run attnlab from this checkout, as the trials do
     src = str(Path(sweep.__file__).resolve().parents[2])
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
     )
     return created
+
+
+@pytest.fixture
+def fake_wandb(tmp_path, monkeypatch):
+    return _server(tmp_path, monkeypatch, AGENT)
+
+
+@pytest.fixture
+def real_agent(tmp_path, monkeypatch):
+    import wandb.apis.public.sweeps as server
+
+    missing = [n for n in ("_sweep_with_runs", "_register_agent", "_agent_heartbeat")
+               if not hasattr(server, n)]  # fmt: skip
+    if missing:
+        pytest.skip(f"the stand-in server replaces wandb's private {missing}, absent here")
+    return _server(tmp_path, monkeypatch, REAL)
 
 
 @pytest.mark.slow
@@ -101,28 +122,70 @@ def test_ctrl_c_stops_the_running_trials_and_a_rerun_sends_only_the_rest(
     argv = [str(path), "--out", str(out), "--wandb", "--parallel", "2"]
     assert sweep.main(argv) == 4
     records = [json.loads(p.read_text()) for p in trials.glob("*.json")]
-    assert len(records) == 2 and all(r["exit_code"] == 4 for r in records)  # stopped, not left
-    for r in records:
-        with pytest.raises(ProcessLookupError):
-            os.killpg(r["pid"], 0)
-    statuses = {p.parent.name: json.loads(p.read_text())["status"]
-                for p in (out / "tune").glob("*/results.json")}  # fmt: skip
-    assert sorted(statuses.values()) == ["interrupted", "interrupted"]
+    assert len(records) == 2 and all(r["exit_code"] == 4 for r in records)  # stopped by SIGINT
+    ended = [json.loads(p.read_text()) for p in (out / "tune").glob("*/results.json")]
+    assert [(r["status"], r["signal"]) for r in ended] == [("interrupted", "SIGINT")] * 2
     assert not (out / "choice.json").exists()
     monkeypatch.delenv("FAKE_STUDY_SLEEP")
     assert sweep.main(argv) == 0
     assert _comparable(_outcome(out)) == _comparable(_outcome(calm))
     again = fake_wandb[1]["parameters"]["trial"]["values"]
     assert fake_wandb[1]["name"] == "tiny stage 1 (batch 2)" and len(again) == 4  # all 4 again
-    assert (out / "wandb" / "stage1-1" / "plan.json").exists()  # the first batch's files kept
 
 
-def test_a_study_whose_runs_would_not_log_to_wandb_is_one_line_exit_2(tmp_path, capsys):
-    spec = {**SMALL, "command": [*SMALL["command"], "logger=none"]}
+@pytest.mark.slow
+def test_wandbs_own_agent_runs_every_trial_though_many_diverge(tmp_path, real_agent):
+    """wandb's agent stops after 3 failed runs in its first minute; a stage-1 grid diverges on
+    purpose (here 4 of 8 trials): each still runs, and the study ends as it does locally."""
+    spec = {**SMALL, "tune": {**SMALL["tune"], "values": [1.0e-3, 4.0e-3, 1.0, 2.0]}}
+    path, here, there = _study(tmp_path, spec), tmp_path / "here", tmp_path / "there"
+    assert sweep.main([str(path), "--out", str(here)]) == 0
+    assert sweep.main([str(path), "--out", str(there), "--wandb", "--parallel", "1"]) == 0
+    assert _comparable(_outcome(there)) == _comparable(_outcome(here))
+    statuses = [
+        json.loads(p.read_text())["status"] for p in (there / "tune").glob("*/results.json")
+    ]
+    assert sorted(statuses).count("diverged") == 4
+    agent_log = (there / "wandb" / "stage1-1" / "agent-0.log").read_text()
+    assert agent_log.count("Agent starting run with config") == 8  # wandb's own agent ran them
+
+
+@pytest.mark.slow
+def test_a_sweep_cancelled_on_wandb_stops_its_trials(tmp_path, real_agent, monkeypatch):
+    """The server's `exit` (a sweep cancelled on W&B's page) makes wandb's agent SIGKILL its
+    runs, the wrappers; each trial gets a SIGTERM as its wrapper dies and ends interrupted."""
+    monkeypatch.setenv("FAKE_STUDY_SLEEP", "60")
+    monkeypatch.setenv("CANCEL_AFTER", "1")
+    out = tmp_path / "out"
+    assert sweep.main([str(_study(tmp_path)), "--out", str(out), "--wandb", "--parallel", "2"]) == 4
+    ended = [json.loads(p.read_text()) for p in (out / "tune").glob("*/results.json")]
+    assert [(r["status"], r["signal"]) for r in ended] == [("interrupted", "SIGTERM")] * 2
+    for p in (out / "wandb" / "stage1-1" / "trials").glob("*.json"):
+        with pytest.raises(ProcessLookupError):  # not left running
+            os.killpg(json.loads(p.read_text())["pid"], 0)
+    assert not (out / "choice.json").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, env, said",
+    [
+        (["logger=none"], {}, "logger=none"),
+        ([], {"WANDB_MODE": "offline"}, "WANDB_MODE=offline"),
+        (["logger.wandb.offline=true"], {}, "logger.wandb.offline=true"),
+        (["logger.wandb.project=other"], {}, "logger.wandb.project is other"),
+    ],
+)
+def test_a_study_that_could_not_reach_wandb_is_one_line_exit_2(
+    tmp_path, capsys, monkeypatch, extra, env, said
+):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    spec = {**SMALL, "project": "attnlab", "command": [*SMALL["command"], *extra]}
     out = tmp_path / "out"
     assert sweep.main([str(_study(tmp_path, spec)), "--out", str(out), "--wandb"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "logger=none" in err[0] and "logger=wandb" in err[0], err
+    assert len(err) == 1 and said in err[0] and "--wandb" in err[0], err
     assert not out.exists()
 
 
@@ -133,3 +196,29 @@ def test_the_wrapper_refuses_a_trial_not_in_its_plan_in_one_line(tmp_path, capsy
     assert wrapper_main([str(plan)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert "no trial 'b-seed_1'; its trials: a-seed_1" in err[0] and "expected PLAN" in err[1]
+
+
+def test_attention_maps_go_to_the_run_id_the_run_recorded(tmp_path, monkeypatch):
+    """A run started by a W&B sweep's agent has the agent's run id (wandb.init ignores attnlab's
+    own inside a sweep): attnlab-attention logs into the id results.json recorded, else into
+    the one that follows from the run directory."""
+    import wandb
+
+    from attnlab.cli import attention
+    from attnlab.runs.identity import wandb_run_id
+
+    seen = []
+
+    class Run:
+        def log(self, data):
+            pass
+
+        def finish(self):
+            pass
+
+    monkeypatch.setattr(wandb, "init", lambda **kw: seen.append(kw["id"]) or Run())
+    (tmp_path / "config.yaml").write_text("logger:\n  wandb:\n    project: attnlab\n")
+    attention._log_wandb(tmp_path, [])
+    (tmp_path / "results.json").write_text(json.dumps({"wandb_run_id": "agentrun7"}))
+    attention._log_wandb(tmp_path, [])
+    assert seen == [wandb_run_id(tmp_path), "agentrun7"]

@@ -135,8 +135,9 @@ def attention_of(args: argparse.Namespace) -> list[Path]:
 
 
 def _log_wandb(run_dir: Path, paths: list[Path]) -> None:
-    """The PNGs as images `attention_input/<module name>` in the run's own W&B run (its id
-    follows from the run directory, as during training)."""
+    """The PNGs as images `attention_input/<module name>` in the run's own W&B run: the id its
+    results.json recorded (a run started by a W&B sweep's agent has the agent's), else the one
+    that follows from the run directory, as during training."""
     import wandb
     from omegaconf import OmegaConf
 
@@ -148,7 +149,7 @@ def _log_wandb(run_dir: Path, paths: list[Path]) -> None:
     run = wandb.init(
         project=logger_cfg.get("project", "attnlab"),
         entity=logger_cfg.get("entity"),
-        id=wandb_run_id(run_dir),
+        id=_recorded_run_id(run_dir) or wandb_run_id(run_dir),
         resume="allow",
         dir=str(run_dir),
         mode="offline" if offline else None,
@@ -156,6 +157,15 @@ def _log_wandb(run_dir: Path, paths: list[Path]) -> None:
     )
     run.log({f"attention_input/{p.stem}": wandb.Image(str(p)) for p in paths})
     run.finish()
+
+
+def _recorded_run_id(run_dir: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((run_dir / "results.json").read_text()).get("wandb_run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _inputs(model, hparams, datamodule, args) -> tuple:

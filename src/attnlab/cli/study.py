@@ -19,7 +19,7 @@ from attnlab.sweeps.evaluate import evaluate_trials
 from attnlab.sweeps.spec import SweepError
 from attnlab.sweeps.summary import write_summary
 from attnlab.sweeps.tuning import Study
-from attnlab.sweeps.wandb_stage import WandbStages, batch_config, logger_problem
+from attnlab.sweeps.wandb_stage import WandbStages, batch_config, wandb_target
 
 
 def run_study(
@@ -50,12 +50,12 @@ def run_study(
     edges = run.edge_trials()
     if not _metrics_reported(run, grid[0], args.sweep):
         return 2
-    if args.wandb and (problem := logger_problem(grid[0].command)):
-        raise SweepError(f"{args.sweep}: {problem}")
+    if args.wandb:  # the runs' W&B project and entity; a study that cannot reach W&B refused
+        target = wandb_target(grid[0].command, args.project or config.get("project"), args.entity)
     if not cli._trials_start([*grid, *edges, *firsts]):
         return 2
     if args.wandb:
-        print(wandb_plan(run, args, grid, groups, parallel))
+        print(wandb_plan(run, target, grid, groups, parallel))
     if args.dry_run:
         print(f"checked: the config of every grid trial ({len(grid)}), of each point extension "
               f"can add ({len(edges)}: {tuning.extension_points(study.tune)} per arm), and each "
@@ -67,29 +67,29 @@ def run_study(
     resume = f"resume: {cli.resume_command(argv if argv is not None else sys.argv[1:], out)}"
     previous = signal.signal(signal.SIGTERM, cli._raise_interrupt)
     try:
-        launcher = _wandb_stages(args, run, groups, parallel, share) if args.wandb else (
-            cluster.from_arguments(args, out))  # fmt: skip
+        launcher = (
+            WandbStages(config["name"], out, parallel, groups, share, *target)
+            if args.wandb
+            else cluster.from_arguments(args, out)
+        )
         return _stages(run, args.sweep, parallel, groups, share, resume, launcher)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _wandb_stages(args, run: staged.StudyRun, groups, parallel: int, share) -> WandbStages:
-    project = args.project or run.config.get("project")
-    return WandbStages(run.config["name"], run.out, parallel, groups, share, project, args.entity)
-
-
-def wandb_plan(run: staged.StudyRun, args, grid, groups, parallel: int) -> str:
+def wandb_plan(run: staged.StudyRun, target, grid, groups, parallel: int) -> str:
     """What --wandb sends: each batch a W&B grid over `trial`; stage 1's first sweep shown."""
     import yaml
 
-    project = args.project or run.config.get("project")
+    project, entity = target
     plan = run.out / "wandb" / "stage1-1" / "plan.json"  # a fresh study's first batch
     first = batch_config(run.config["name"], 1, 1, plan, [t.run_dir.name for t in grid], project)
-    agents = f"{len(groups)} (one per GPU slot)" if groups else f"up to {parallel}"
+    agents = f"up to {min(parallel, len(groups)) if groups else parallel}" + (
+        " (one per GPU slot)" if groups else "")  # fmt: skip
     return (
         f"  on W&B: each batch of trials (stage 1's grid, each extension or refinement, stage "
-        f"2's seeds) its own sweep, a grid over `trial`; agents: {agents}; evaluations here\n"
+        f"2's seeds) its own sweep, a grid over `trial`, in project {project}"
+        f"{f' of {entity}' if entity else ''}; agents: {agents}; evaluations here\n"
         f"  stage 1's first sweep:\n" + yaml.safe_dump(first, sort_keys=False).rstrip()
     )
 

@@ -96,9 +96,11 @@ def start_agents(
     project: str | None = None,
     entity: str | None = None,
     memory_share: float | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[str, list[subprocess.Popen]]:
-    """Create the sweep on the server and start its agents (one per GPU group, else n_agents);
-    (the sweep id, the agents' processes)."""
+    """Create the sweep on the server and start its agents (one per GPU group, else n_agents),
+    `env` added to theirs; (the sweep id, the agents' processes). An agent that cannot start
+    stops those already started (OSError raised)."""
     import wandb
 
     sweep_id = wandb.sweep(sweep_config, project=project, entity=entity)
@@ -106,15 +108,20 @@ def start_agents(
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = agent_command(sweep_id, count=count, project=project, entity=entity)
     print(f"sweep {sweep_id}: starting {len(agent_gpus)} agent(s): {' '.join(argv)}")
-    procs = [
-        _start_agent(i, gpus, argv, out_dir, memory_share) for i, gpus in enumerate(agent_gpus)
-    ]
+    procs: list[subprocess.Popen] = []
+    try:
+        for i, gpus in enumerate(agent_gpus):
+            procs.append(_start_agent(i, gpus, argv, out_dir, memory_share, env))
+    except OSError:
+        stop(procs)
+        raise
     return sweep_id, procs
 
 
 def _start_agent(
-    i: int, gpus: str | None, argv: list[str], out_dir: Path, memory_share: float | None = None
-) -> subprocess.Popen:
+    i: int, gpus: str | None, argv: list[str], out_dir: Path, memory_share: float | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen:  # fmt: skip
     """`wandb agent` number i in its own session, on `gpus`, its output in agent-<i>.log."""
     log_path = out_dir / f"agent-{i}.log"
     with open(log_path, "w") as logfile:
@@ -123,7 +130,7 @@ def _start_agent(
             stdout=logfile,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=trial_env(gpus, memory_share),
+            env={**trial_env(gpus, memory_share), **(env or {})},
             cwd=os.getcwd(),
             start_new_session=True,
         )

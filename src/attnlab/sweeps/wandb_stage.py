@@ -29,12 +29,18 @@ from attnlab.sweeps.runner import (
     POLL_S,
     STOP_GRACE_S,
     TrialResult,
+    _ctrl_c_deferred,
     finish,
     kept_as_ended,
     stop,
 )
 from attnlab.sweeps.spec import SweepError, override_key
 from attnlab.sweeps.wandb_trial import PROGRAM, read_record
+
+# Added to each agent's environment: its files (wandb/sweep-<id>/) in the batch's folder, and no
+# "flapping" stop (wandb's agent quits after a few non-zero exits; the wrapper exits 0 anyway).
+AGENT_ENV = {"WANDB_AGENT_DISABLE_FLAPPING": "true", "WANDB_AGENT_MAX_INITIAL_FAILURES": "1000000"}
+AGENT_EXIT_S = 10.0  # once every trial has ended, the agents' time to leave before they are stopped
 
 
 def stage_of(env: dict[str, str]) -> int:
@@ -54,20 +60,66 @@ def batch_config(name: str, stage: int, batch: int, plan: Path, names: Sequence[
     return {**config, "project": project} if project else config
 
 
-def logger_problem(command: Sequence[str]) -> str | None:
-    """Why a trial of this command would not log to W&B (its last `logger=` override names no
-    wandb), else None: its W&B run would never start, and the sweep would show nothing."""
-    chosen = [t.partition("=")[2] for t in command if override_key(t) == "logger"]
-    if chosen and "wandb" not in chosen[-1]:
-        return (f"--wandb: the study's trials run with logger={chosen[-1]}, so none would reach "
-                "W&B; add the override logger=wandb (or logger=[wandb,tensorboard])")  # fmt: skip
-    return None
+def _last(command: Sequence[str], key: str) -> str | None:
+    values = [t.partition("=")[2] for t in command if override_key(t) == key]
+    return values[-1].strip("'\"") if values else None
+
+
+def wandb_target(command: Sequence[str], project: str | None, entity: str | None):
+    """(project, entity) of the study's W&B sweeps: --project or the file's, else the trials' own
+    logger.wandb.project (attnlab's default: attnlab), so that a run's project is the one its
+    logger and attnlab-attention name. SweepError, one line, for a study whose runs would not
+    reach W&B or would name another project or entity (W&B puts a sweep's runs in the sweep's)."""
+    problem = None
+    logger, mode = _last(command, "logger"), os.environ.get("WANDB_MODE")
+    own_project, own_entity = (
+        _last(command, "logger.wandb.project"),
+        _last(command, "logger.wandb.entity"),
+    )
+    if logger is not None and "wandb" not in logger:
+        problem = (f"the study's trials run with logger={logger}, so none would reach W&B; add "
+                   "the override logger=wandb (or logger=[wandb,tensorboard])")  # fmt: skip
+    elif mode in ("offline", "disabled", "dryrun"):
+        problem = f"WANDB_MODE={mode}: W&B's agents and the trials' runs need W&B online"
+    elif (_last(command, "logger.wandb.offline") or "").lower() == "true":
+        problem = "logger.wandb.offline=true: W&B's agents and the trials' runs need W&B online"
+    elif project and own_project and project != own_project:
+        problem = (f"the sweeps' project is {project} but the trials' logger.wandb.project is "
+                   f"{own_project}: W&B would put the runs in {project}")  # fmt: skip
+    elif entity and own_entity and entity != own_entity:
+        problem = f"--entity {entity} but the trials' logger.wandb.entity is {own_entity}"
+    if problem:
+        raise SweepError(f"--wandb: {problem}")
+    return project or own_project or "attnlab", entity or own_entity
+
+
+class _Batch:
+    """One batch's folder and the records its trials' wrappers leave there."""
+
+    def __init__(self, folder: Path, names: Sequence[str]) -> None:
+        self.folder, self.names = folder, list(names)
+
+    def record(self, name: str) -> dict | None:
+        return read_record(self.folder, name)
+
+    def live(self) -> dict[str, int]:
+        """The trials started and not recorded as ended whose process group still exists."""
+        found = {}
+        for name in self.names:
+            r = self.record(name)
+            if r and "exit_code" not in r and r.get("pid") and _alive(r["pid"]):
+                found[name] = r["pid"]
+        return found
+
+    def ended(self) -> bool:
+        return all("exit_code" in (self.record(n) or {}) for n in self.names)
 
 
 @dataclass
 class WandbStages:
     """Runs each batch of a study's trials as a W&B sweep (`agents` agents, or one per GPU slot
-    in `groups`); its folders are <out>/wandb/stage<S>-<k>/ (plan.json, agent-<i>.log, trials/)."""
+    in `groups`, at most one per trial); its folders are <out>/wandb/stage<S>-<k>/ (plan.json,
+    agent-<i>.log, the agents' wandb/ files, trials/)."""
 
     name: str
     out: Path
@@ -89,82 +141,143 @@ class WandbStages:
         if not todo:
             return results
         stage = stage_of(env)
-        folder, batch = self._next_folder(stage)
-        plan = folder / "plan.json"
-        names = [r.trial.run_dir.name for r in todo]
+        batch = _Batch(self._next_folder(stage), [r.trial.run_dir.name for r in todo])
+        plan = batch.folder / "plan.json"
         plan.write_text(json.dumps({"trials": {
             r.trial.run_dir.name: {"command": list(r.trial.command),
                                    "run_dir": str(r.trial.run_dir.resolve()), "env": env}
             for r in todo}}, indent=1))  # fmt: skip
-        config = batch_config(self.name, stage, batch, plan, names, self.project)
-        procs = self._start(config, folder, len(todo))
-        interrupted = False
+        number = int(batch.folder.name.rpartition("-")[2])
+        config = batch_config(self.name, stage, number, plan, batch.names, self.project)
+        stopped: set[str] = set()  # trials running when Ctrl-C came: interrupted
+        procs: list = []
         try:
-            for proc in procs:
-                proc.wait()
+            with _ctrl_c_deferred():  # the agents started are known before a Ctrl-C lands
+                procs = self._start(config, batch.folder, len(todo))
+            wait_batch(procs, batch)
         except KeyboardInterrupt:
-            interrupted = True
-            print(f"interrupted: stopping the agents and the running trials ({folder})")
-            stop_batch(procs, folder, names)
+            stopped = set(batch.live())
+            print(f"interrupted: stopping the agents and the running trials ({batch.folder})")
+            stop_batch(procs, batch)
+        stop_trials(
+            batch, batch.live()
+        )  # a trial whose wrapper was killed (the run stopped on W&B)
         for r in todo:
-            self._finish(r, folder, metric, interrupted)
+            _finish(r, batch, metric, r.trial.run_dir.name in stopped)
             shown = "" if r.metric is None else f" {metric}={r.metric:.4g}"
             print(f"{r.status:<9} {r.trial.label}{shown}")
+        unrun = sum(r.status == Status.NOT_STARTED for r in todo)
+        if unrun and not stopped:
+            print(f"{unrun} trial(s) not run: the agents ended first (their logs: {batch.folder})")
         return results
 
     def _start(self, config: dict, folder: Path, n_trials: int):
         from attnlab.sweeps.wandb_agents import start_agents
 
-        n = len(self.groups) if self.groups else min(self.agents, n_trials)
+        groups = list(self.groups)[: min(self.agents, n_trials)] if self.groups else []
+        n = min(self.agents, n_trials)
+        env = {**AGENT_ENV, "WANDB_DIR": str(folder.resolve())}
         try:
-            _, procs = start_agents(config, self.groups, n, folder, project=self.project,
-                                    entity=self.entity, memory_share=self.memory_share)  # fmt: skip
+            _, procs = start_agents(config, groups, n, folder, project=self.project,
+                                    entity=self.entity, memory_share=self.memory_share,
+                                    env=env)  # fmt: skip
         except Exception as err:  # wandb's own errors (no key, offline, refused): one line
             raise SweepError(
-                f"--wandb: W&B did not create the sweep {config['name']!r} ({err}); none of "
-                f"its trials ran: rerun the same command with --out {self.out} to resume"
+                f"--wandb: the sweep {config['name']!r} did not start ({err}); none of its "
+                f"trials ran: rerun the same command with --out {self.out} to resume"
             ) from None
         return procs
 
-    def _next_folder(self, stage: int) -> tuple[Path, int]:
+    def _next_folder(self, stage: int) -> Path:
         batch = 1
         while (self.out / "wandb" / f"stage{stage}-{batch}").exists():
             batch += 1
         folder = self.out / "wandb" / f"stage{stage}-{batch}"
         folder.mkdir(parents=True)
-        return folder, batch
+        return folder
 
-    @staticmethod
-    def _finish(result: TrialResult, folder: Path, metric: str, interrupted: bool) -> None:
-        record = read_record(folder, result.trial.run_dir.name)
-        if record is None:  # the agents never ran it (ended, stopped or failed first)
-            result.status = Status.NOT_STARTED
-            result.error = f"not run by the agents (their logs: {folder})"
+
+def _finish(result: TrialResult, batch: _Batch, metric: str, interrupted: bool) -> None:
+    """The trial's status from its results.json and its recorded exit code, as a local trial's."""
+    record = batch.record(result.trial.run_dir.name)
+    if record is None:  # the agents never ran it (they ended, were stopped, or failed first)
+        result.status = Status.NOT_STARTED
+        result.error = f"not run by the agents (their logs: {batch.folder})"
+        return
+    code = record.get("exit_code")
+    finish(result, -signal.SIGKILL if code is None else code, interrupted, metric)
+    result.wall_time_s = record.get("wall_time_s")
+    if code is None and result.status != Status.COMPLETED:
+        result.error = f"its wrapper was killed (a run stopped on W&B?): {result.error}"
+
+
+def wait_batch(agents, batch: _Batch) -> None:
+    """Until the agents exit; once every trial has ended, they get AGENT_EXIT_S to leave by
+    themselves (a W&B agent may wait on a finished sweep), then they are stopped."""
+    ended_at = None
+    while any(p.poll() is None for p in agents):
+        if ended_at is None and batch.ended():
+            ended_at = time.monotonic()
+        if ended_at is not None and time.monotonic() - ended_at > AGENT_EXIT_S:
+            stop(agents)
             return
-        code = record.get("exit_code")
-        finish(result, -signal.SIGKILL if code is None else code, interrupted, metric)
-        result.wall_time_s = record.get("wall_time_s")
+        time.sleep(POLL_S)
 
 
-def stop_batch(agents, folder: Path, names: Sequence[str], grace_s: float = STOP_GRACE_S):
-    """Stop a batch: the agents first told to start nothing more (SIGINT), then each running
-    trial's process group SIGINTed (Lightning ends cleanly; a trial records `interrupted`) and
-    SIGKILLed after `grace_s`, then the agents stopped."""
+def stop_batch(agents, batch: _Batch, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a batch: the agents told to start nothing more (SIGINT), every running trial's
+    process group SIGINTed (Lightning ends cleanly; the trial records `interrupted`), one that
+    starts meanwhile too, until all have ended or `grace_s` (or a second Ctrl-C) has passed; then
+    SIGKILL for what is left, agents and trials."""
     for proc in agents:
         _killpg(proc.pid, signal.SIGINT)
-
-    def running() -> list[int]:
-        records = [read_record(folder, n) for n in names]
-        return [r["pid"] for r in records if r and "exit_code" not in r and r.get("pid")]
-
-    for pid in running():
-        _killpg(pid, signal.SIGINT)
+    told: set[int] = set()
     deadline = time.monotonic() + grace_s
-    while running() and time.monotonic() < deadline:
+    try:
+        while time.monotonic() < deadline:
+            live = batch.live()
+            for pid in set(live.values()) - told:
+                _killpg(pid, signal.SIGINT)
+                told.add(pid)
+            if not live and all(p.poll() is not None for p in agents):
+                break
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        pass  # a second Ctrl-C: no more waiting
+    for proc in agents:
+        if proc.poll() is None:
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stop_trials(batch, batch.live(), grace_s=0.0)
+
+
+def stop_trials(batch: _Batch, live: dict[str, int], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGINT the trials' process groups, SIGKILL after `grace_s`; then give their wrappers a
+    moment to record the exit codes."""
+    if not live:
+        return
+    for pid in live.values():
+        _killpg(pid, signal.SIGINT if grace_s else signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    while batch.live() and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    stop(agents, grace_s=grace_s)
-    for pid in running():  # still running, or started in the moment before the agents stopped
+    for pid in batch.live().values():
         _killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0
+    while any("exit_code" not in (batch.record(n) or {}) for n in live) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(POLL_S)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _killpg(pid: int, sig: int) -> None:
