@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from attnlab.cli import sweep
-from attnlab.sweeps import wandb_agents
+from attnlab.sweeps import wandb_agents, wandb_stage
 from attnlab.sweeps.wandb_trial import main as wrapper_main
 from test_cluster_launcher import _comparable
 from test_study import SMALL, _outcome, _study
@@ -134,9 +134,11 @@ def test_ctrl_c_stops_the_running_trials_and_a_rerun_sends_only_the_rest(
 
 
 @pytest.mark.slow
-def test_wandbs_own_agent_runs_every_trial_though_many_diverge(tmp_path, real_agent):
+def test_wandbs_own_agent_runs_every_trial_though_many_diverge(tmp_path, real_agent, monkeypatch):
     """wandb's agent stops after 3 failed runs in its first minute; a stage-1 grid diverges on
-    purpose (here 4 of 8 trials): each still runs, and the study ends as it does locally."""
+    purpose (here 4 of 8 trials): each still runs (the wrapper exits 0; the agents' own switch
+    for that check is off here), and the study ends as it does locally."""
+    monkeypatch.setattr(wandb_stage, "AGENT_ENV", {})
     spec = {**SMALL, "tune": {**SMALL["tune"], "values": [1.0e-3, 4.0e-3, 1.0, 2.0]}}
     path, here, there = _study(tmp_path, spec), tmp_path / "here", tmp_path / "there"
     assert sweep.main([str(path), "--out", str(here)]) == 0
@@ -166,13 +168,48 @@ def test_a_sweep_cancelled_on_wandb_stops_its_trials(tmp_path, real_agent, monke
     assert not (out / "choice.json").exists()
 
 
+@pytest.mark.slow
+def test_a_ctrl_c_once_a_batch_has_ended_stops_the_study_before_the_next(
+    tmp_path, real_agent, monkeypatch
+):
+    """Agents left waiting on a finished sweep (IDLE) are stopped AGENT_EXIT_S after the last
+    trial; a Ctrl-C in that wait finds every trial ended: stage 1's choice is made, but no
+    stage-2 sweep is sent (exit 4); the rerun runs stage 2 and ends as the calm study."""
+    calm, out = tmp_path / "calm", tmp_path / "out"
+    path = _study(tmp_path)
+    assert sweep.main([str(path), "--out", str(calm)]) == 0
+    monkeypatch.setenv("IDLE", "1")
+    monkeypatch.setattr(wandb_stage, "AGENT_EXIT_S", 60.0)
+    trials = out / "wandb" / "stage1-1" / "trials"
+
+    def interrupt():  # Ctrl-C once the 4 stage-1 trials have ended
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done = [p for p in trials.glob("*.json") if "exit_code" in p.read_text()]
+            if len(done) == 4:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    argv = [str(path), "--out", str(out), "--wandb", "--parallel", "2"]
+    assert sweep.main(argv) == 4
+    assert (out / "choice.json").exists() and not list((out / "wandb").glob("stage2-*"))
+    monkeypatch.setattr(wandb_stage, "AGENT_EXIT_S", 0.5)
+    assert sweep.main(argv) == 0  # the idle agents stopped after each batch
+    assert _comparable(_outcome(out)) == _comparable(_outcome(calm))
+
+
 @pytest.mark.parametrize(
     "extra, env, said",
     [
         (["logger=none"], {}, "logger=none"),
-        ([], {"WANDB_MODE": "offline"}, "WANDB_MODE=offline"),
+        ([], {"WANDB_MODE": "OFFLINE"}, "WANDB_MODE=offline"),
         (["logger.wandb.offline=true"], {}, "logger.wandb.offline=true"),
         (["logger.wandb.project=other"], {}, "logger.wandb.project is other"),
+        (["--project", "mine"], {}, "override logger.wandb.project=mine"),
+        (["--entity", "team"], {}, "override logger.wandb.entity=team"),
     ],
 )
 def test_a_study_that_could_not_reach_wandb_is_one_line_exit_2(
@@ -181,9 +218,11 @@ def test_a_study_that_could_not_reach_wandb_is_one_line_exit_2(
     monkeypatch.delenv("WANDB_MODE", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    spec = {**SMALL, "project": "attnlab", "command": [*SMALL["command"], *extra]}
+    flags = [a for a in extra if a.startswith("--") or "=" not in a]
+    spec = {**SMALL, "project": "attnlab",
+            "command": [*SMALL["command"], *[a for a in extra if a not in flags]]}  # fmt: skip
     out = tmp_path / "out"
-    assert sweep.main([str(_study(tmp_path, spec)), "--out", str(out), "--wandb"]) == 2
+    assert sweep.main([str(_study(tmp_path, spec)), "--out", str(out), "--wandb", *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0] and "--wandb" in err[0], err
     assert not out.exists()

@@ -241,6 +241,7 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
     trials = run.seed_trials(choices)
     results = staged.run_stage(trials, parallel, groups, primary.metric, share, launcher=launcher)
     interrupted = any(r.status in (Status.INTERRUPTED, Status.NOT_STARTED) for r in results)
+    interrupted = interrupted or (isinstance(launcher, WandbStages) and launcher.stop_requested)
     if run.study.evaluate is not None and not interrupted:
         how = " ".join(run.study.evaluate.argv(out / "seeds" / "<trial>"))
         print(f"evaluating stage 2's trials: attnlab-eval {how}")
@@ -260,6 +261,5 @@ def _stages(run: staged.StudyRun, source: str, parallel, groups, share, resume: 
     print(f"compare: attnlab-compare {out}")  # the study view (out/seeds alone: a plain sweep)
     if interrupted:
         print(resume)
-    return exit_code(
-        [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
-    )
+    statuses = [Status.INTERRUPTED if r.status == Status.NOT_STARTED else r.status for r in results]
+    return exit_code(statuses + [Status.INTERRUPTED] * interrupted)

@@ -97,13 +97,15 @@ def start_agents(
     entity: str | None = None,
     memory_share: float | None = None,
     env: dict[str, str] | None = None,
+    sweep_id: str | None = None,
 ) -> tuple[str, list[subprocess.Popen]]:
-    """Create the sweep on the server and start its agents (one per GPU group, else n_agents),
-    `env` added to theirs; (the sweep id, the agents' processes). An agent that cannot start
-    stops those already started (OSError raised)."""
+    """Create the sweep on the server (unless `sweep_id` names one made) and start its agents
+    (one per GPU group, else n_agents), `env` added to theirs; (the sweep id, the agents'
+    processes). An agent that cannot start stops those already started (OSError raised)."""
     import wandb
 
-    sweep_id = wandb.sweep(sweep_config, project=project, entity=entity)
+    if sweep_id is None:
+        sweep_id = wandb.sweep(sweep_config, project=project, entity=entity)
     agent_gpus: list[str | None] = list(groups) if groups else [None] * n_agents
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = agent_command(sweep_id, count=count, project=project, entity=entity)

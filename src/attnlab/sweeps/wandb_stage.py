@@ -15,10 +15,12 @@ k)", each run's config the trial's full config (attnlab's logger) plus `trial`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +31,6 @@ from attnlab.sweeps.runner import (
     POLL_S,
     STOP_GRACE_S,
     TrialResult,
-    _ctrl_c_deferred,
     finish,
     kept_as_ended,
     stop,
@@ -65,17 +66,31 @@ def _last(command: Sequence[str], key: str) -> str | None:
     return values[-1].strip("'\"") if values else None
 
 
+def _logger_defaults() -> dict:
+    """conf/logger/wandb.yaml's project and entity (the trials' own unless overridden)."""
+    import yaml
+
+    from attnlab.config.location import conf_dir
+
+    try:
+        wandb_conf = yaml.safe_load((conf_dir() / "logger" / "wandb.yaml").read_text())["wandb"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        wandb_conf = {}
+    return {"project": wandb_conf.get("project"), "entity": wandb_conf.get("entity")}
+
+
 def wandb_target(command: Sequence[str], project: str | None, entity: str | None):
-    """(project, entity) of the study's W&B sweeps: --project or the file's, else the trials' own
-    logger.wandb.project (attnlab's default: attnlab), so that a run's project is the one its
-    logger and attnlab-attention name. SweepError, one line, for a study whose runs would not
-    reach W&B or would name another project or entity (W&B puts a sweep's runs in the sweep's)."""
+    """(project, entity) of the study's W&B sweeps: --project (--entity) or the file's, else the
+    trials' own logger.wandb.project (entity). W&B puts a sweep's runs in the sweep's project, so
+    it must be the one the trials' logger names (their config.yaml, which attnlab-attention
+    reads): a difference is refused in one line (SweepError), as is a study whose runs would not
+    reach W&B."""
+    own = {key: _last(command, f"logger.wandb.{key}") for key in ("project", "entity")}
+    defaults = _logger_defaults()
+    own = {k: v if v not in (None, "null") else defaults[k] for k, v in own.items()}
+    project, entity = project or own["project"], entity or own["entity"]
+    logger, mode = _last(command, "logger"), (os.environ.get("WANDB_MODE") or "").lower()
     problem = None
-    logger, mode = _last(command, "logger"), os.environ.get("WANDB_MODE")
-    own_project, own_entity = (
-        _last(command, "logger.wandb.project"),
-        _last(command, "logger.wandb.entity"),
-    )
     if logger is not None and "wandb" not in logger:
         problem = (f"the study's trials run with logger={logger}, so none would reach W&B; add "
                    "the override logger=wandb (or logger=[wandb,tensorboard])")  # fmt: skip
@@ -83,14 +98,16 @@ def wandb_target(command: Sequence[str], project: str | None, entity: str | None
         problem = f"WANDB_MODE={mode}: W&B's agents and the trials' runs need W&B online"
     elif (_last(command, "logger.wandb.offline") or "").lower() == "true":
         problem = "logger.wandb.offline=true: W&B's agents and the trials' runs need W&B online"
-    elif project and own_project and project != own_project:
-        problem = (f"the sweeps' project is {project} but the trials' logger.wandb.project is "
-                   f"{own_project}: W&B would put the runs in {project}")  # fmt: skip
-    elif entity and own_entity and entity != own_entity:
-        problem = f"--entity {entity} but the trials' logger.wandb.entity is {own_entity}"
+    else:
+        for key, value in (("project", project), ("entity", entity)):
+            if value != own[key]:
+                problem = (f"the sweeps' {key} is {value} but the trials' logger.wandb.{key} is "
+                           f"{own[key]}: W&B would put the runs in {value}; add the override "
+                           f"logger.wandb.{key}={value}")  # fmt: skip
+                break
     if problem:
         raise SweepError(f"--wandb: {problem}")
-    return project or own_project or "attnlab", entity or own_entity
+    return project, entity
 
 
 class _Batch:
@@ -98,6 +115,7 @@ class _Batch:
 
     def __init__(self, folder: Path, names: Sequence[str]) -> None:
         self.folder, self.names = folder, list(names)
+        self.config: dict = {}
 
     def record(self, name: str) -> dict | None:
         return read_record(self.folder, name)
@@ -112,7 +130,9 @@ class _Batch:
         return found
 
     def ended(self) -> bool:
-        return all("exit_code" in (self.record(n) or {}) for n in self.names)
+        """Every trial recorded as ended, or started and gone (its wrapper killed)."""
+        records = [self.record(n) for n in self.names]
+        return all(r and ("exit_code" in r or not _alive(r["pid"])) for r in records)
 
 
 @dataclass
@@ -129,17 +149,48 @@ class WandbStages:
     project: str | None = None
     entity: str | None = None
 
+    stop_requested: bool = False  # a Ctrl-C came: no further batch is sent
+
     def run_stage(self, trials, metric: str, kept, env: dict[str, str]) -> list[TrialResult]:
         """The trials' results, as runner.run_trials gives them: a trial ended earlier with a
         status of `kept` is kept; the rest run as one W&B sweep. Ctrl-C stops the agents and the
-        running trials (interrupted; the rest not_started): a rerun sends only those again."""
+        running trials (interrupted; the rest not_started), and no later batch is sent (its
+        trials not_started, even when this batch's had all ended): a rerun sends the rest."""
         results = [TrialResult(t) for t in trials]
         todo = [r for r in results if not kept_as_ended(r, kept, metric)]
         for r in results:
             if r not in todo:
                 print(f"kept      {r.trial.label} ({r.status} earlier)")
+        if self.stop_requested:
+            for r in todo:
+                r.status, r.error = Status.NOT_STARTED, "not sent: the study was interrupted"
+            return results
         if not todo:
             return results
+        batch = self._plan(todo, env)
+        stopped: set[str] = set()  # trials running when Ctrl-C came: interrupted
+        procs: list = []
+        try:
+            procs = self._start(batch, len(todo))
+            wait_batch(procs, batch)
+        except KeyboardInterrupt:
+            self.stop_requested = True
+            stopped = set(batch.live())
+            print(f"interrupted: stopping the agents and the running trials ({batch.folder})")
+            stop_batch(procs, batch)
+        stop_trials(batch, batch.live())  # one whose wrapper was killed (stopped on W&B?)
+        for r in todo:
+            _finish(r, batch, metric, r.trial.run_dir.name in stopped)
+            shown = "" if r.metric is None else f" {metric}={r.metric:.4g}"
+            print(f"{r.status:<9} {r.trial.label}{shown}")
+        unrun = sum(r.status == Status.NOT_STARTED for r in todo)
+        if unrun and not self.stop_requested:
+            print(f"{unrun} trial(s) not run: the agents ended first (their logs: {batch.folder})")
+        return results
+
+    def _plan(self, todo: Sequence[TrialResult], env: dict[str, str]) -> _Batch:
+        """The batch's folder, its plan.json (each trial's command, folder and environment) and
+        its sweep config (batch.config)."""
         stage = stage_of(env)
         batch = _Batch(self._next_folder(stage), [r.trial.run_dir.name for r in todo])
         plan = batch.folder / "plan.json"
@@ -148,43 +199,32 @@ class WandbStages:
                                    "run_dir": str(r.trial.run_dir.resolve()), "env": env}
             for r in todo}}, indent=1))  # fmt: skip
         number = int(batch.folder.name.rpartition("-")[2])
-        config = batch_config(self.name, stage, number, plan, batch.names, self.project)
-        stopped: set[str] = set()  # trials running when Ctrl-C came: interrupted
-        procs: list = []
-        try:
-            with _ctrl_c_deferred():  # the agents started are known before a Ctrl-C lands
-                procs = self._start(config, batch.folder, len(todo))
-            wait_batch(procs, batch)
-        except KeyboardInterrupt:
-            stopped = set(batch.live())
-            print(f"interrupted: stopping the agents and the running trials ({batch.folder})")
-            stop_batch(procs, batch)
-        stop_trials(
-            batch, batch.live()
-        )  # a trial whose wrapper was killed (the run stopped on W&B)
-        for r in todo:
-            _finish(r, batch, metric, r.trial.run_dir.name in stopped)
-            shown = "" if r.metric is None else f" {metric}={r.metric:.4g}"
-            print(f"{r.status:<9} {r.trial.label}{shown}")
-        unrun = sum(r.status == Status.NOT_STARTED for r in todo)
-        if unrun and not stopped:
-            print(f"{unrun} trial(s) not run: the agents ended first (their logs: {batch.folder})")
-        return results
+        batch.config = batch_config(self.name, stage, number, plan, batch.names, self.project)
+        return batch
 
-    def _start(self, config: dict, folder: Path, n_trials: int):
+    def _start(self, batch: _Batch, n_trials: int):
+        """Create the batch's sweep (a Ctrl-C during W&B's call stops it), then start the agents
+        with Ctrl-C and SIGTERM held until all are started and known."""
+        import wandb
+
         from attnlab.sweeps.wandb_agents import start_agents
 
         groups = list(self.groups)[: min(self.agents, n_trials)] if self.groups else []
         n = min(self.agents, n_trials)
-        env = {**AGENT_ENV, "WANDB_DIR": str(folder.resolve())}
+        env = {**AGENT_ENV, "WANDB_DIR": str(batch.folder.resolve())}
         try:
-            _, procs = start_agents(config, groups, n, folder, project=self.project,
-                                    entity=self.entity, memory_share=self.memory_share,
-                                    env=env)  # fmt: skip
+            sweep_id = wandb.sweep(batch.config, project=self.project, entity=self.entity)
+            with _signals_deferred():
+                _, procs = start_agents(batch.config, groups, n, batch.folder,
+                                        project=self.project, entity=self.entity,
+                                        memory_share=self.memory_share, env=env,
+                                        sweep_id=sweep_id)  # fmt: skip
+        except KeyboardInterrupt:
+            raise
         except Exception as err:  # wandb's own errors (no key, offline, refused): one line
             raise SweepError(
-                f"--wandb: the sweep {config['name']!r} did not start ({err}); none of its "
-                f"trials ran: rerun the same command with --out {self.out} to resume"
+                f"--wandb: the sweep {batch.config['name']!r} did not start ({err}); none of "
+                f"its trials ran: rerun the same command with --out {self.out} to resume"
             ) from None
         return procs
 
@@ -268,6 +308,26 @@ def stop_trials(batch: _Batch, live: dict[str, int], grace_s: float = STOP_GRACE
         time.monotonic() < deadline
     ):
         time.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def _signals_deferred(signals=(signal.SIGINT, signal.SIGTERM)):
+    """Hold a Ctrl-C or SIGTERM that arrives inside the block until its end, then deliver it
+    (to the handlers in place: KeyboardInterrupt for both in a study), so that agents already
+    started are known to the code that stops them. Outside the main thread: nothing held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+                for sig in signals}  # fmt: skip
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if caught:
+        signal.raise_signal(caught[0])
 
 
 def _alive(pid: int) -> bool:
