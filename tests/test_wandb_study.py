@@ -261,3 +261,19 @@ def test_attention_maps_go_to_the_run_id_the_run_recorded(tmp_path, monkeypatch)
     (tmp_path / "results.json").write_text(json.dumps({"wandb_run_id": "agentrun7"}))
     attention._log_wandb(tmp_path, [])
     assert seen == [wandb_run_id(tmp_path), "agentrun7"]
+
+
+def test_a_dry_run_on_wandb_prints_the_first_sweep_and_writes_nothing(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = tmp_path / "out"
+    argv = [str(_study(tmp_path)), "--out", str(out), "--wandb", "--dry-run", "--project", "p"]
+    argv += ["logger.wandb.project=p"]
+    assert sweep.main(argv) == 0
+    printed = capsys.readouterr().out
+    first = yaml.safe_load(printed[printed.index("stage 1's first sweep:") :].split("\n", 1)[1]
+                           .split("\nchecked:")[0])  # fmt: skip
+    assert first["name"] == "tiny stage 1 (batch 1)" and first["project"] == "p"
+    assert len(first["parameters"]["trial"]["values"]) == 4 and "in project p;" in printed
+    assert not out.exists()
