@@ -112,7 +112,7 @@ def test_a_job_passes_each_stop_signal_on_once(tmp_path, monkeypatch):
     """Locally a Ctrl-C reaches the job twice (the terminal's, then the cancel's): the trial
     gets it once (a second SIGINT would stop Lightning at once, without its checkpoint)."""
     sent = []
-    monkeypatch.setattr(cluster, "_signal_group", lambda pid, sig: sent.append(sig))
+    monkeypatch.setattr(cluster, "signal_group", lambda pid, sig: sent.append(sig))
     job = cluster.TrialCommand(["x"], {}, str(tmp_path / "log"))
     job._passed, job._proc = set(), type("P", (), {"pid": 1, "poll": lambda self: None})()
     for sig in (signal.SIGINT, signal.SIGINT, signal.SIGTERM):

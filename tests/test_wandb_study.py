@@ -61,6 +61,20 @@ def _server(tmp_path, monkeypatch, agent_script: Path) -> list[dict]:
     return created
 
 
+def _ctrl_c_once(condition, after_s: float, timeout_s: float = 60) -> None:
+    """A Ctrl-C to this process `after_s` after `condition()` first holds (or at the timeout),
+    from a thread, while the test's main thread runs the study."""
+
+    def interrupt():
+        deadline = time.monotonic() + timeout_s
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(after_s)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+
+
 @pytest.fixture
 def fake_wandb(tmp_path, monkeypatch):
     return _server(tmp_path, monkeypatch, AGENT)
@@ -111,14 +125,7 @@ def test_ctrl_c_stops_the_running_trials_and_a_rerun_sends_only_the_rest(
     monkeypatch.setenv("FAKE_STUDY_SLEEP", "60")
     trials = out / "wandb" / "stage1-1" / "trials"
 
-    def interrupt():  # Ctrl-C once both agents' trials run
-        deadline = time.monotonic() + 60
-        while len(list(trials.glob("*.json"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt, daemon=True).start()
+    _ctrl_c_once(lambda: len(list(trials.glob("*.json"))) >= 2, 0.5)  # both agents' trials run
     argv = [str(path), "--out", str(out), "--wandb", "--parallel", "2"]
     assert sweep.main(argv) == 4
     records = [json.loads(p.read_text()) for p in trials.glob("*.json")]
@@ -182,17 +189,8 @@ def test_a_ctrl_c_once_a_batch_has_ended_stops_the_study_before_the_next(
     monkeypatch.setattr(wandb_stage, "AGENT_EXIT_S", 60.0)
     trials = out / "wandb" / "stage1-1" / "trials"
 
-    def interrupt():  # Ctrl-C once the 4 stage-1 trials have ended
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            done = [p for p in trials.glob("*.json") if "exit_code" in p.read_text()]
-            if len(done) == 4:
-                break
-            time.sleep(0.05)
-        time.sleep(0.3)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt, daemon=True).start()
+    ended = lambda: sum("exit_code" in p.read_text() for p in trials.glob("*.json")) == 4  # noqa: E731
+    _ctrl_c_once(ended, 0.3)  # the 4 stage-1 trials have ended
     argv = [str(path), "--out", str(out), "--wandb", "--parallel", "2"]
     assert sweep.main(argv) == 4
     assert (out / "choice.json").exists() and not list((out / "wandb").glob("stage2-*"))

@@ -183,7 +183,7 @@ class TrialCommand:
         make it stop at once, without its checkpoint); the job waits for it."""
         if self._proc is not None and self._proc.poll() is None and signum not in self._passed:
             self._passed.add(signum)
-            _signal_group(self._proc.pid, signum)
+            signal_group(self._proc.pid, signum)
 
     def checkpoint(self, *args, **kwargs):
         """submitit's hook before a requeue (time limit or preemption): stop the trial with
@@ -199,17 +199,18 @@ def stop_child(proc: subprocess.Popen | None, grace_s: float = GRACE_S) -> None:
     wait() would deadlock inside the requeue handler, TrialCommand.__call__ being in poll)."""
     if proc is None or proc.poll() is not None:
         return
-    _signal_group(proc.pid, signal.SIGTERM)
+    signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     if proc.poll() is None:
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         while proc.poll() is None:
             time.sleep(0.05)
 
 
-def _signal_group(pid: int, sig: int) -> None:
+def signal_group(pid: int, sig: int) -> None:
+    """Send `sig` to the process group `pid` leads; gone or not ours: nothing."""
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -366,22 +366,25 @@ def launch(trial: Trial, env: dict[str, str], gpus: str | None = None, launcher=
 
 
 @contextlib.contextmanager
-def _ctrl_c_deferred():
-    """Hold a Ctrl-C (SIGINT) that arrives inside the block until its end, then deliver it: a
-    KeyboardInterrupt inside subprocess.Popen, after the fork, would leave a trial running that
-    the runner does not know of and never stops. (A handler, not a blocked signal mask, which the
-    child would inherit.) Outside the main thread, where handlers cannot be set, it does nothing."""
+def _ctrl_c_deferred(signals: Sequence[int] = (signal.SIGINT,)):
+    """Hold a Ctrl-C (SIGINT; or each of `signals`) that arrives inside the block until its end,
+    then deliver it: a KeyboardInterrupt inside subprocess.Popen, after the fork, would leave a
+    trial running that the runner does not know of and never stops. (A handler, not a blocked
+    signal mask, which the child would inherit.) Outside the main thread, where handlers cannot
+    be set, it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+                for sig in signals}  # fmt: skip
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if caught:  # delivered again to the handler in place: KeyboardInterrupt, ignored, or exit
-        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(caught[0])
 
 
 def stop(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:

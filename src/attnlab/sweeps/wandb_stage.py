@@ -15,22 +15,22 @@ k)", each run's config the trial's full config (attnlab's logger) plus `trial`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.runs.status import JOB_TYPE_ENV, Status
+from attnlab.sweeps.cluster import signal_group
 from attnlab.sweeps.runner import (
     POLL_S,
     STOP_GRACE_S,
     TrialResult,
+    _ctrl_c_deferred,
     finish,
     kept_as_ended,
     stop,
@@ -156,11 +156,12 @@ class WandbStages:
         status of `kept` is kept; the rest run as one W&B sweep. Ctrl-C stops the agents and the
         running trials (interrupted; the rest not_started), and no later batch is sent (its
         trials not_started, even when this batch's had all ended): a rerun sends the rest."""
-        results = [TrialResult(t) for t in trials]
-        todo = [r for r in results if not kept_as_ended(r, kept, metric)]
+        results, todo = [TrialResult(t) for t in trials], []
         for r in results:
-            if r not in todo:
+            if kept_as_ended(r, kept, metric):
                 print(f"kept      {r.trial.label} ({r.status} earlier)")
+            else:
+                todo.append(r)
         if self.stop_requested:
             for r in todo:
                 r.status, r.error = Status.NOT_STARTED, "not sent: the study was interrupted"
@@ -214,7 +215,7 @@ class WandbStages:
         env = {**AGENT_ENV, "WANDB_DIR": str(batch.folder.resolve())}
         try:
             sweep_id = wandb.sweep(batch.config, project=self.project, entity=self.entity)
-            with _signals_deferred():
+            with _ctrl_c_deferred((signal.SIGINT, signal.SIGTERM)):
                 _, procs = start_agents(batch.config, groups, n, batch.folder,
                                         project=self.project, entity=self.entity,
                                         memory_share=self.memory_share, env=env,
@@ -270,14 +271,14 @@ def stop_batch(agents, batch: _Batch, grace_s: float = STOP_GRACE_S) -> None:
     starts meanwhile too, until all have ended or `grace_s` (or a second Ctrl-C) has passed; then
     SIGKILL for what is left, agents and trials."""
     for proc in agents:
-        _killpg(proc.pid, signal.SIGINT)
+        signal_group(proc.pid, signal.SIGINT)
     told: set[int] = set()
     deadline = time.monotonic() + grace_s
     try:
         while time.monotonic() < deadline:
             live = batch.live()
             for pid in set(live.values()) - told:
-                _killpg(pid, signal.SIGINT)
+                signal_group(pid, signal.SIGINT)
                 told.add(pid)
             if not live and all(p.poll() is not None for p in agents):
                 break
@@ -286,7 +287,7 @@ def stop_batch(agents, batch: _Batch, grace_s: float = STOP_GRACE_S) -> None:
         pass  # a second Ctrl-C: no more waiting
     for proc in agents:
         if proc.poll() is None:
-            _killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
     stop_trials(batch, batch.live(), grace_s=0.0)
 
@@ -297,37 +298,17 @@ def stop_trials(batch: _Batch, live: dict[str, int], grace_s: float = STOP_GRACE
     if not live:
         return
     for pid in live.values():
-        _killpg(pid, signal.SIGINT if grace_s else signal.SIGKILL)
+        signal_group(pid, signal.SIGINT if grace_s else signal.SIGKILL)
     deadline = time.monotonic() + grace_s
     while batch.live() and time.monotonic() < deadline:
         time.sleep(POLL_S)
     for pid in batch.live().values():
-        _killpg(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
     deadline = time.monotonic() + 2.0
     while any("exit_code" not in (batch.record(n) or {}) for n in live) and (
         time.monotonic() < deadline
     ):
         time.sleep(POLL_S)
-
-
-@contextlib.contextmanager
-def _signals_deferred(signals=(signal.SIGINT, signal.SIGTERM)):
-    """Hold a Ctrl-C or SIGTERM that arrives inside the block until its end, then deliver it
-    (to the handlers in place: KeyboardInterrupt for both in a study), so that agents already
-    started are known to the code that stops them. Outside the main thread: nothing held."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-                for sig in signals}  # fmt: skip
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if caught:
-        signal.raise_signal(caught[0])
 
 
 def _alive(pid: int) -> bool:
@@ -338,10 +319,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
