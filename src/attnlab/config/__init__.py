@@ -11,6 +11,7 @@
     plain.py        composed configs as plain Python
     compose.py      the command line's jobs composed, Hydra's errors in one line (the
                     preflight, attnlab.pipeline.preflight, builds each dry)
+    file_cache.py   each config file parsed once per process, not once per compose
     resolvers.py    ${attnlab_*:...} resolvers (run directory, world size, accumulation)
     location.py     where conf/ is
 

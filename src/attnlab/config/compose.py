@@ -20,7 +20,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import attnlab.config.schema  # noqa: F401 (registers the schemas in Hydra's ConfigStore)
+from attnlab.config import file_cache
 from attnlab.config.trainer_schema import ATTNLAB_SETS
+
+file_cache.install()  # each config file parsed once per process, not once per compose
 
 # Keys that have moved, and where to: an override of one is told, not just refused.
 MOVED_KEYS = {
