@@ -6,11 +6,14 @@ preflight of a `-m` sweep: each job; attnlab-sweep's check: each arm; attnlab-tr
 preflight, then Hydra's own run) spends about a quarter of each compose after the first reading
 the same files again. `install()` wraps Hydra's ConfigRepository.load_config (a private method:
 tests/test_private_apis.py) so that what a file config source gives for a config path is kept,
-by the file's bytes (read each time: cheap; parsing them is not), and each load gets a deep copy
-of it (Hydra merges into what it loads). A changed file is parsed again, however soon after; a
-file that fails to load is not kept (its error is raised each time); configs of other sources
-(Hydra's ConfigStore: the schemas, which code may register later) are loaded as Hydra loads
-them.
+by the file's bytes (read each time: cheap; parsing them is not) and Hydra's version base (the
+defaults list's reading depends on it), and each load gets a deep copy of it (Hydra merges into
+what it loads, and a composed config can hold a loaded node itself). A changed file is parsed
+again, however soon after (a file that changed while Hydra read it is not kept); a file that
+fails to load is not kept (its error is raised each time); configs of other sources (Hydra's
+ConfigStore: the schemas, which code may register later) are loaded as Hydra loads them. At most
+MAX_KEPT results are kept (then the cache starts again): a process that composes many temporary
+config folders does not grow without bound.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ import hashlib
 import os
 import threading
 
+from hydra import version
 from hydra._internal.config_repository import ConfigRepository
 from hydra.core.object_type import ObjectType
 
-_LOADED: dict[tuple, object] = {}  # (config path, source, file, its bytes' digest) -> ConfigResult
+MAX_KEPT = 4096
+# (config path, source, file, its bytes' digest, version base) -> ConfigResult
+_LOADED: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
 
@@ -38,7 +44,7 @@ def _file_key(repository: ConfigRepository, config_path: str) -> tuple | None:
             digest = hashlib.blake2b(f.read()).hexdigest()
     except OSError:  # Hydra's own load says what is wrong
         return None
-    return (config_path, source.provider, source.path, path, digest)
+    return (config_path, source.provider, source.path, path, digest, str(version.getbase()))
 
 
 def install() -> None:
@@ -55,9 +61,11 @@ def install() -> None:
             kept = _LOADED.get(key)
         if kept is None:
             kept = load(self, config_path)  # raises as Hydra does: nothing kept
-            if kept is None:
-                return None
+            if kept is None or _file_key(self, config_path) != key:  # changed while read
+                return kept
             with _LOCK:
+                if len(_LOADED) >= MAX_KEPT:
+                    _LOADED.clear()
                 _LOADED[key] = kept
         return copy.deepcopy(kept)
 
