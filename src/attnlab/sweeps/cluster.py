@@ -217,6 +217,18 @@ def signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def alive(pid: int, group: bool = False) -> bool:
+    """Is process `pid` (with `group`: the process group it leads) still there? One that is
+    not ours counts as there."""
+    try:
+        (os.killpg if group else os.kill)(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class JobProcess:
     """A submitted job seen as the runner sees a local trial's process: poll, wait, returncode,
     and signal_group (any stop signal cancels the job; the job passes it on to the trial)."""

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from attnlab.runs.optuna_link import ATTR_PRUNED_AT, ATTR_RETRY_OF, open_storage
 from attnlab.runs.status import Status
+from attnlab.sweeps.cluster import alive
 from attnlab.sweeps.search_space import space_fingerprint
 from attnlab.sweeps.spec import SweepError
 
@@ -128,16 +129,6 @@ def counted(trials) -> list:
     ]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stale_reason(trial, now: float) -> str | None:
     """Why a RUNNING trial's worker is gone (None: it lives, or may)."""
     host, _, pid = str(trial.user_attrs.get(ATTR_OWNER, "")).rpartition(":")
@@ -146,7 +137,7 @@ def stale_reason(trial, now: float) -> str | None:
         return "never claimed" if now - started > LEASE_S else None
     if host == HOST and int(pid) == os.getpid():
         return None  # this process's own
-    if host == HOST and not _alive(int(pid)):
+    if host == HOST and not alive(int(pid)):
         return f"its worker (pid {pid}) is gone"
     lease = trial.user_attrs.get(ATTR_LEASE)
     if lease is None:  # claimed a moment ago: its worker writes the lease next (older runs)
@@ -185,7 +176,7 @@ def _stop_group(pid: int) -> None:
         except (ProcessLookupError, PermissionError):
             return
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and alive(pid):
             time.sleep(0.2)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.runs.status import JOB_TYPE_ENV, Status
-from attnlab.sweeps.cluster import signal_group
+from attnlab.sweeps.cluster import alive, signal_group
 from attnlab.sweeps.runner import (
     POLL_S,
     STOP_GRACE_S,
@@ -125,14 +125,14 @@ class _Batch:
         found = {}
         for name in self.names:
             r = self.record(name)
-            if r and "exit_code" not in r and r.get("pid") and _alive(r["pid"]):
+            if r and "exit_code" not in r and r.get("pid") and alive(r["pid"], group=True):
                 found[name] = r["pid"]
         return found
 
     def ended(self) -> bool:
         """Every trial recorded as ended, or started and gone (its wrapper killed)."""
         records = [self.record(n) for n in self.names]
-        return all(r and ("exit_code" in r or not _alive(r["pid"])) for r in records)
+        return all(r and ("exit_code" in r or not alive(r["pid"], group=True)) for r in records)
 
 
 @dataclass
@@ -309,13 +309,3 @@ def stop_trials(batch: _Batch, live: dict[str, int], grace_s: float = STOP_GRACE
         time.monotonic() < deadline
     ):
         time.sleep(POLL_S)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
