@@ -19,7 +19,7 @@ import yaml
 
 from attnlab.cli import sweep
 from attnlab.sweeps import SweepError, expand_sweep
-from attnlab.sweeps.runner import gpu_groups
+from attnlab.sweeps.runner import STOP_GRACE_S, gpu_groups
 from attnlab.sweeps.spec import expand_command, expand_params
 
 REPO = Path(__file__).resolve().parents[1]
@@ -554,7 +554,9 @@ def test_ctrl_c_while_a_trial_starts_never_leaves_it_running(tmp_path, monkeypat
     t0 = time.monotonic()
     code = sweep.main([str(path), "--parallel", "2", "--out", str(tmp_path / "out")])
     assert code == 4
-    assert time.monotonic() - t0 < 15
+    # The runner did not wait out the trials' 60 s sleep: it stops them within its grace, then
+    # SIGKILLs (under `pytest --cov` a trial's start-up can swallow the SIGINT: 15.3 s seen).
+    assert time.monotonic() - t0 < STOP_GRACE_S + 10
     assert len(started) == 2 and all(p.poll() is not None for p in started)  # none left running
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     statuses = [t["status"] for t in summary["trials"]]
