@@ -554,8 +554,11 @@ def test_ctrl_c_while_a_trial_starts_never_leaves_it_running(tmp_path, monkeypat
     t0 = time.monotonic()
     code = sweep.main([str(path), "--parallel", "2", "--out", str(tmp_path / "out")])
     assert code == 4
-    # The runner did not wait out the trials' 60 s sleep: it stops them within its grace, then
-    # SIGKILLs (under `pytest --cov` a trial's start-up can swallow the SIGINT: 15.3 s seen).
+    # The runner did not wait out the trials' 60 s sleep: it SIGINTs them and SIGKILLs what is
+    # left after its grace (under `pytest --cov` a trial once outlived the SIGINT: 15.3 s). So
+    # this bound tolerates a trial that needed the SIGKILL; SIGINT-first is tested by
+    # test_ctrl_c_interrupts_running_trials_and_writes_the_summary.
+    assert STOP_GRACE_S + 10 < 60, "the bound must stay under the trials' sleep"
     assert time.monotonic() - t0 < STOP_GRACE_S + 10
     assert len(started) == 2 and all(p.poll() is not None for p in started)  # none left running
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
