@@ -105,11 +105,12 @@ def _temporary_files_in_pytests_folder(tmp_path_factory):
     tempfile.tempdir = before[1]
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def ctrl_c_enabled():
-    """Ctrl-C handled as in an interactive shell, whatever this process inherited: a shell that
-    starts the tests in the background (`pytest &`) ignores SIGINT, and the sweep processes the
-    tests start would inherit that and never be interrupted."""
+    """Ctrl-C handled as in an interactive shell, whatever this process inherited, for every
+    test: a shell that starts the tests in the background (`pytest &`, `nohup .ci/run &`)
+    ignores SIGINT, and then a test's own Ctrl-C (os.kill of itself) and the processes the tests
+    start (sweeps, submitit jobs) would never be interrupted (three such tests failed so)."""
     import signal
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -336,7 +336,6 @@ def test_two_worker_processes_share_one_journal_study_and_run_each_trial_once(tm
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("ctrl_c_enabled")  # (a background pytest ignores SIGINT)
 def test_killed_worker_rerun_continues_the_study_and_retries_its_trial(tmp_path):
     hang = tmp_path / "hang"
     hang.touch()
@@ -366,7 +365,6 @@ def test_killed_worker_rerun_continues_the_study_and_retries_its_trial(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("ctrl_c_enabled")  # (a background pytest ignores SIGINT)
 def test_ctrl_c_enqueues_the_running_trial_and_prints_the_resume_command(tmp_path):
     hang = tmp_path / "hang"
     hang.touch()

@@ -484,7 +484,6 @@ def _ignore_sigint():  # a background job of a non-interactive shell (`attnlab-s
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("ctrl_c_enabled")
 @pytest.mark.parametrize(
     ("stop", "preexec"),
     [(signal.SIGINT, None), (signal.SIGTERM, _ignore_sigint)],
@@ -535,7 +534,6 @@ def test_ctrl_c_interrupts_running_trials_and_writes_the_summary(tmp_path, stop,
     assert resume in output.splitlines(), output
 
 
-@pytest.mark.usefixtures("ctrl_c_enabled")
 def test_ctrl_c_while_a_trial_starts_never_leaves_it_running(tmp_path, monkeypatch, capsys):
     """A Ctrl-C that lands inside subprocess.Popen (after the fork) is held until the process is
     registered, so the runner interrupts it with the others instead of orphaning it."""
