@@ -224,8 +224,8 @@ def alive(pid: int, group: bool = False) -> bool:
         (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # there, but not ours
+        pass
     return True
 
 
